@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Bring up a Docker engine with BuildKit (buildx) on a Debian 12 host, idempotently.
+# If an engine already answers `docker info`, it is used as is and nothing is installed.
+#
+# Usage: .ci/engine.sh
+# Env:   DOCKERD_LOG (default /var/log/dockerd.log), DOCKERD_TIMEOUT (seconds, default 60),
+#        DOCKERD_DATA_ROOT (default /var/lib/docker)
+#
+# Package sources are never written here: the Debian mirror is read from the host's
+# apt configuration at run time, and docker-buildx alone is taken from Debian 13 (trixie)
+# on that same mirror, through an apt preferences pin.
+set -euo pipefail
+
+readonly DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
+readonly DOCKERD_TIMEOUT="${DOCKERD_TIMEOUT:-60}"
+readonly DOCKERD_DATA_ROOT="${DOCKERD_DATA_ROOT:-/var/lib/docker}"
+readonly DOCKERD_PIDFILE=/var/run/docker.pid
+readonly TRIXIE_SOURCES=/etc/apt/sources.list.d/dlimages-trixie.sources
+readonly TRIXIE_PIN=/etc/apt/preferences.d/dlimages-trixie
+# bookworm ships no buildx; trixie's is a static Go binary that depends on libc6 only.
+readonly PACKAGES=(docker.io containerd runc iptables tini skopeo mmdebstrap docker-registry apache2-utils openssl)
+
+log() { printf 'engine.sh: %s\n' "$*"; }
+die() { printf 'engine.sh: error: %s\n' "$*" >&2; exit 1; }
+
+engine_answers() { docker info >/dev/null 2>&1; }
+
+# Print the URI of the first enabled `deb` source that carries the host's release suite
+# (e.g. bookworm, not bookworm-security). Reads deb822 *.sources and one-line *.list files.
+# Kept in sync with scripts/make-base.sh.
+host_debian_mirror() {
+    local codename
+    codename="$(. /etc/os-release && printf '%s' "${VERSION_CODENAME:?}")"
+    local -a files=()
+    local f
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [[ -f "$f" && "$f" != "$TRIXIE_SOURCES" ]] && files+=("$f")
+    done
+    if ((${#files[@]})); then
+        awk -v suite="$codename" '
+            BEGIN { RS = ""; FS = "\n" }
+            {
+                types = uris = suites = ""; enabled = "yes"
+                for (i = 1; i <= NF; i++) {
+                    line = $i
+                    if (line ~ /^[ \t]*#/ || index(line, ":") == 0) continue
+                    key = tolower(substr(line, 1, index(line, ":") - 1))
+                    val = substr(line, index(line, ":") + 1)
+                    gsub(/^[ \t]+|[ \t]+$/, "", val)
+                    if (key == "types") types = val
+                    else if (key == "uris") uris = val
+                    else if (key == "suites") suites = val
+                    else if (key == "enabled") enabled = tolower(val)
+                }
+                if (enabled != "no" && (" " types " ") ~ / deb / && (" " suites " ") ~ (" " suite " ")) {
+                    split(uris, u, /[ \t]+/); print u[1]; exit
+                }
+            }' "${files[@]}" | sed 's#/*$##' | head -n1 | grep . && return 0
+    fi
+    files=()
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [[ -f "$f" ]] && files+=("$f")
+    done
+    if ((${#files[@]})); then
+        awk -v suite="$codename" '
+            $1 == "deb" {
+                sub(/^deb[ \t]+(\[[^]]*\][ \t]+)?/, "")
+                if ($2 == suite) { print $1; exit }
+            }' "${files[@]}" | sed 's#/*$##' | head -n1 | grep . && return 0
+    fi
+    return 1
+}
+
+install_packages() {
+    local mirror="$1"
+    # Debian's docker.io postinst would start dockerd through invoke-rc.d; we start it
+    # ourselves with known flags, so keep services down during the install.
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+        chmod 0755 /usr/sbin/policy-rc.d
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+
+    log "adding trixie source for docker-buildx only: $TRIXIE_SOURCES, pin: $TRIXIE_PIN"
+    cat >"$TRIXIE_SOURCES" <<EOF
+# Written by .ci/engine.sh: Debian 13 on the host's own mirror, for docker-buildx only.
+Types: deb
+URIs: $mirror
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    cat >"$TRIXIE_PIN" <<'EOF'
+# Written by .ci/engine.sh: nothing comes from trixie unless named here.
+Package: *
+Pin: release n=trixie
+Pin-Priority: 1
+
+Package: docker-buildx
+Pin: release n=trixie
+Pin-Priority: 990
+EOF
+
+    log "apt-get update"
+    apt-get update -qq || die "apt-get update failed"
+    log "installing: ${PACKAGES[*]} docker-buildx"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${PACKAGES[@]}" docker-buildx >/dev/null \
+        || die "apt-get install failed (see output above)"
+    local origin
+    origin="$(apt-cache policy docker-buildx | awk '/\*\*\*/ {getline; print $2, $3}')"
+    log "docker-buildx $(dpkg-query -W -f='${Version}' docker-buildx) from $origin"
+}
+
+# The CLI at /usr/local/bin/docker looks in ~/.docker/cli-plugins, /usr/local/lib/docker/cli-plugins,
+# /usr/local/libexec/docker/cli-plugins, /usr/lib/docker/cli-plugins and /usr/libexec/docker/cli-plugins;
+# Debian installs buildx in the last one. Link it only when the CLI does not find it.
+ensure_buildx_visible() {
+    if docker buildx version >/dev/null 2>&1; then
+        log "buildx visible to $(command -v docker): $(docker buildx version)"
+        return
+    fi
+    local plugin=/usr/libexec/docker/cli-plugins/docker-buildx
+    [[ -x "$plugin" ]] || die "buildx plugin not found at $plugin"
+    mkdir -p /usr/local/lib/docker/cli-plugins
+    ln -sf "$plugin" /usr/local/lib/docker/cli-plugins/docker-buildx
+    docker buildx version >/dev/null 2>&1 || die "docker CLI does not load $plugin"
+    log "linked buildx into /usr/local/lib/docker/cli-plugins: $(docker buildx version)"
+}
+
+start_dockerd() {
+    local pid=""
+    [[ -f "$DOCKERD_PIDFILE" ]] && pid="$(cat "$DOCKERD_PIDFILE")"
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+        log "dockerd already running (pid $pid), waiting for it to answer"
+    else
+        command -v dockerd >/dev/null || die "dockerd not installed"
+        log "starting dockerd (overlay2, data root $DOCKERD_DATA_ROOT, log $DOCKERD_LOG)"
+        # setsid: the daemon must outlive this script and the shell that ran it.
+        setsid dockerd --storage-driver=overlay2 --data-root="$DOCKERD_DATA_ROOT" \
+            --pidfile="$DOCKERD_PIDFILE" >>"$DOCKERD_LOG" 2>&1 </dev/null &
+        pid=$!
+    fi
+    local waited=0
+    until engine_answers; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            tail -n 20 "$DOCKERD_LOG" >&2 || true
+            die "dockerd (pid $pid) exited; log above and in $DOCKERD_LOG"
+        fi
+        if ((waited >= DOCKERD_TIMEOUT)); then
+            tail -n 20 "$DOCKERD_LOG" >&2 || true
+            die "dockerd (pid $pid) did not answer 'docker info' within ${DOCKERD_TIMEOUT}s; see $DOCKERD_LOG"
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+    log "dockerd answers after ${waited}s (pid $pid)"
+}
+
+main() {
+    command -v docker >/dev/null || die "no docker CLI on PATH"
+    if engine_answers; then
+        log "engine already answers; installing nothing"
+        docker version --format 'engine.sh: client {{.Client.Version}}, server {{.Server.Version}} (API {{.Server.APIVersion}})'
+        docker buildx version 2>/dev/null | sed 's/^/engine.sh: /' || log "warning: no buildx plugin visible"
+        return
+    fi
+    [[ $EUID -eq 0 ]] || die "must run as root to install packages and start dockerd"
+    local mirror
+    mirror="$(host_debian_mirror)" || die "no Debian mirror found in /etc/apt/sources.list{,.d}"
+    log "host Debian mirror: $mirror"
+    install_packages "$mirror"
+    ensure_buildx_visible
+    start_dockerd
+    docker version --format 'engine.sh: client {{.Client.Version}}, server {{.Server.Version}} (API {{.Server.APIVersion}})'
+    docker info --format 'engine.sh: storage driver {{.Driver}}, cgroup {{.CgroupVersion}}, root {{.DockerRootDir}}'
+}
+
+main "$@"

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Prototype: build a minimal Debian 12 root filesystem with mmdebstrap, reproducibly, and
+# `docker import` it as the base image that the generated Dockerfiles start FROM.
+#
+# Usage: scripts/make-base.sh [--tag TAG] [--out DIR] [--epoch SECONDS] [--include PKGS] [--check]
+#   --tag      image to import as (default dlimages/base:debian12)
+#   --out      where the tarball goes (default .work/base)
+#   --epoch    SOURCE_DATE_EPOCH (default 1747699200 = 2025-05-20T00:00:00Z)
+#   --include  extra packages, comma-separated (default none: Dockerfiles apt-get install
+#              what they need from the same mirror, so the base stays one small layer)
+#   --check    build the tarball twice and fail unless both are byte-identical
+#
+# The mirror is read from the host's apt configuration at run time and never written here.
+# The tarball is only reproducible while the mirror serves the same package versions: a
+# point release or security update changes it. The image ID is not reproducible either,
+# because `docker import` stamps the config with the current time; the layer (diff_id) is.
+set -euo pipefail
+
+tag=dlimages/base:debian12
+out=.work/base
+epoch=1747699200
+include=""
+check=0
+while (($#)); do
+    case "$1" in
+        --tag) tag="${2:?--tag needs a value}"; shift 2 ;;
+        --out) out="${2:?--out needs a value}"; shift 2 ;;
+        --epoch) epoch="${2:?--epoch needs a value}"; shift 2 ;;
+        --include) include="${2:?--include needs a value}"; shift 2 ;;
+        --check) check=1; shift ;;
+        -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) printf 'make-base.sh: unknown argument %q (try --help)\n' "$1" >&2; exit 2 ;;
+    esac
+done
+
+log() { printf 'make-base.sh: %s\n' "$*"; }
+die() { printf 'make-base.sh: error: %s\n' "$*" >&2; exit 1; }
+
+[[ "$epoch" =~ ^[0-9]+$ ]] || die "--epoch must be whole seconds since 1970, got '$epoch'"
+[[ $EUID -eq 0 ]] || die "must run as root (mmdebstrap --mode=root)"
+command -v mmdebstrap >/dev/null || die "mmdebstrap missing: run .ci/engine.sh first"
+docker info >/dev/null 2>&1 || die "no Docker engine answers: run .ci/engine.sh first"
+
+# Print the first URI of an enabled `deb` source whose Suites include $1. Reads deb822
+# *.sources, then one-line *.list files. Kept in sync with .ci/engine.sh.
+apt_uri_for_suite() {
+    local want="$1" f
+    local -a files=()
+    for f in /etc/apt/sources.list.d/*.sources; do
+        # engine.sh's trixie source must never become the base's mirror.
+        [[ -f "$f" && "$f" != */dlimages-trixie.sources ]] && files+=("$f")
+    done
+    if ((${#files[@]})); then
+        awk -v suite="$want" '
+            BEGIN { RS = ""; FS = "\n" }
+            {
+                types = uris = suites = ""; enabled = "yes"
+                for (i = 1; i <= NF; i++) {
+                    line = $i
+                    if (line ~ /^[ \t]*#/ || index(line, ":") == 0) continue
+                    key = tolower(substr(line, 1, index(line, ":") - 1))
+                    val = substr(line, index(line, ":") + 1)
+                    gsub(/^[ \t]+|[ \t]+$/, "", val)
+                    if (key == "types") types = val
+                    else if (key == "uris") uris = val
+                    else if (key == "suites") suites = val
+                    else if (key == "enabled") enabled = tolower(val)
+                }
+                if (enabled != "no" && (" " types " ") ~ / deb / && (" " suites " ") ~ (" " suite " ")) {
+                    split(uris, u, /[ \t]+/); print u[1]; exit
+                }
+            }' "${files[@]}" | sed 's#/*$##' | head -n1 | grep . && return 0
+    fi
+    files=()
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [[ -f "$f" ]] && files+=("$f")
+    done
+    if ((${#files[@]})); then
+        awk -v suite="$want" '
+            $1 == "deb" {
+                sub(/^deb[ \t]+(\[[^]]*\][ \t]+)?/, "")
+                if ($2 == suite) { print $1; exit }
+            }' "${files[@]}" | sed 's#/*$##' | head -n1 | grep . && return 0
+    fi
+    return 1
+}
+
+readonly suite=bookworm
+mirror="$(apt_uri_for_suite "$suite")" || die "no '$suite' source in the host's apt configuration"
+security="$(apt_uri_for_suite "$suite-security")" || security=""
+log "mirror: $mirror${security:+, security: $security}"
+
+sources=("deb $mirror $suite main" "deb $mirror $suite-updates main")
+[[ -n "$security" ]] && sources+=("deb $security $suite-security main")
+
+mkdir -p "$out"
+tarball="$out/debian12-minbase.tar"
+
+# Documentation, man pages and locales are dropped as dpkg installs, as the official
+# slim images do; copyright files stay for licence compliance. Merged /usr is set up the
+# debootstrap way (symlinks + usr-is-merged): without the hook apt satisfies
+# init-system-helpers with usrmerge, which pulls in full perl (+40 MB).
+build_tarball() {
+    local dest="$1"
+    local -a args=(
+        --mode=root --variant=minbase --format=tar --quiet
+        --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
+        --dpkgopt='path-exclude=/usr/share/man/*'
+        --dpkgopt='path-exclude=/usr/share/doc/*'
+        --dpkgopt='path-include=/usr/share/doc/*/copyright'
+        --dpkgopt='path-exclude=/usr/share/locale/*'
+        --dpkgopt='path-exclude=/usr/share/info/*'
+        --aptopt='Acquire::Languages "none"'
+    )
+    [[ -n "$include" ]] && args+=(--include="$include")
+    local start=$SECONDS
+    # The hooks chat on stdout even with --quiet: keep it in a log, show it on failure.
+    if ! SOURCE_DATE_EPOCH="$epoch" mmdebstrap "${args[@]}" "$suite" "$dest" "${sources[@]}" \
+        >"$dest.log" 2>&1; then
+        tail -n 30 "$dest.log" >&2
+        die "mmdebstrap failed; full log in $dest.log"
+    fi
+    log "built $dest in $((SECONDS - start))s, $(stat -c %s "$dest") bytes, sha256 $(sha256sum "$dest" | cut -d' ' -f1)"
+}
+
+build_tarball "$tarball"
+if ((check)); then
+    build_tarball "$tarball.again"
+    if cmp -s "$tarball" "$tarball.again"; then
+        log "reproducible: two builds are byte-identical"
+        rm -f "$tarball.again"
+    else
+        die "not reproducible: $tarball and $tarball.again differ (try diffoscope)"
+    fi
+fi
+
+created="$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)"
+start=$SECONDS
+image_id="$(docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV LANG=C.UTF-8' \
+    --change 'CMD ["bash"]' \
+    --change "LABEL org.opencontainers.image.created=$created" \
+    --change 'LABEL org.opencontainers.image.base.name=debian:bookworm-minbase' \
+    --message "mmdebstrap minbase $suite, SOURCE_DATE_EPOCH=$epoch" \
+    "$tarball" "$tag")" || die "docker import failed"
+log "imported $tag in $((SECONDS - start))s"
+log "image id: $image_id"
+log "layer diff_id: $(docker image inspect --format '{{index .RootFS.Layers 0}}' "$tag") (equals the tarball's sha256)"
+log "image size: $(docker image inspect --format '{{.Size}}' "$tag") bytes"

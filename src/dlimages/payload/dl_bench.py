@@ -1,0 +1,574 @@
+#!/usr/bin/env python3
+"""Training benchmark run inside a dlimages image (installed as `dl-bench`): synthetic ResNet-50
+throughput (images/s) and peak GPU memory per precision mode, to prove an image is not only
+correct but configured to be fast (TF32, AMP, channels_last, torch.compile).
+
+Standalone on purpose (stdlib plus torch, torchvision optional): it is copied into images and
+also runs as a plain script on any host, so it must not import dlimages. It stays compatible
+with Python 3.8, the oldest Python in the matrix, and with torch 1.7 onwards (newer APIs are
+looked up with hasattr).
+
+Exit codes: 0 every mode ran (or was skipped as unsupported), 1 a mode failed, 2 usage error,
+77 skipped (no GPU visible).
+"""
+
+# Postponed annotations keep the modern typing syntax importable on Python 3.8.
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any, NamedTuple
+
+EXIT_PASSED = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+# 77 is the automake/ctest convention for "skipped"; a run without a GPU must never look green.
+EXIT_SKIPPED = 77
+
+IMAGE_SIZE = 224
+NUM_CLASSES = 1000
+# Plain SGD settings of the reference ResNet-50 recipes; a small lr keeps fp32 on random
+# labels finite for the few dozen steps a benchmark takes.
+LR = 0.01
+MOMENTUM = 0.9
+WEIGHT_DECAY = 1e-4
+GIB = float(2**30)
+
+
+class UsageError(Exception):
+    """Bad input from the person running the script: exit 2 with the message."""
+
+
+class Mode(NamedTuple):
+    """One precision/layout configuration of the training step."""
+
+    name: str
+    autocast: str | None  # torch dtype name under autocast, None for full precision
+    tf32: bool  # TF32 for matmul and cuDNN convolutions
+    channels_last: bool
+    compile: bool
+    summary: str
+
+
+MODES = {
+    m.name: m
+    for m in (
+        Mode("fp32", None, False, False, False, "FP32, TF32 off for matmul and cuDNN"),
+        Mode("tf32", None, True, False, False, "FP32 storage, TF32 math"),
+        Mode("amp_fp16", "float16", True, False, False, "AMP fp16 + GradScaler"),
+        Mode("amp_fp16_cl", "float16", True, True, False, "AMP fp16 + channels_last"),
+        Mode("bf16_cl", "bfloat16", True, True, False, "AMP bf16 + channels_last"),
+        Mode("compile", "bfloat16", True, True, True, "AMP bf16 + channels_last + torch.compile"),
+    )
+}
+DEFAULT_MODES = ("fp32", "tf32", "amp_fp16", "amp_fp16_cl", "bf16_cl")
+DEFAULT_BATCH_SIZE = 128
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure rules: flags to a plan, results to a report.
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_modes(text: str | None, with_compile: bool) -> list[str]:
+    """Modes in the order given (default: all but compile); --compile appends compile."""
+    names = [n.strip() for n in text.split(",") if n.strip()] if text else list(DEFAULT_MODES)
+    unknown = [n for n in names if n not in MODES]
+    if unknown:
+        raise UsageError(f"unknown mode(s) {', '.join(unknown)} (known: {', '.join(MODES)})")
+    if with_compile and "compile" not in names:
+        names.append("compile")
+    seen: list[str] = []
+    for name in names:
+        if name not in seen:
+            seen.append(name)
+    return seen
+
+
+def _positive_int(text: str, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{what} must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise UsageError(f"{what} must be a positive integer, got {text!r}")
+    return value
+
+
+def parse_batch_sizes(values: Sequence[str] | None, modes: Sequence[str]) -> dict[str, int]:
+    """Batch size per mode from repeated --batch-size N (all modes) or MODE=N (one mode)."""
+    default = DEFAULT_BATCH_SIZE
+    overrides: dict[str, int] = {}
+    for value in values or ():
+        if "=" in value:
+            name, _, size = value.partition("=")
+            name = name.strip()
+            if name not in MODES:
+                raise UsageError(f"--batch-size {value}: unknown mode {name!r} (known: {', '.join(MODES)})")
+            overrides[name] = _positive_int(size, f"--batch-size {name}")
+        else:
+            default = _positive_int(value, "--batch-size")
+    return {name: overrides.get(name, default) for name in modes}
+
+
+def images_per_second(batch_size: int, iters: int, seconds: float) -> float:
+    return batch_size * iters / seconds if seconds > 0 else 0.0
+
+
+def add_memory_savings(results: list[dict[str, Any]]) -> None:
+    """Mark each AMP mode with fp32's peak memory over its own (2.0 = half the memory).
+
+    The per-image figure divides by batch size first, so a mode run at a bigger batch is
+    still compared fairly; the plain ratio is what the two runs really took.
+    """
+    fp32 = next((r for r in results if r["mode"] == "fp32" and r["status"] == "ok"), None)
+    for result in results:
+        result["mem_saving_vs_fp32"] = None
+        result["mem_saving_vs_fp32_per_image"] = None
+        if fp32 is None or result["status"] != "ok" or not MODES[result["mode"]].autocast:
+            continue
+        if not result["peak_mem_gib"]:
+            continue
+        ratio = fp32["peak_mem_gib"] / result["peak_mem_gib"]
+        per_image = ratio * result["batch_size"] / fp32["batch_size"]
+        result["mem_saving_vs_fp32"] = round(ratio, 2)
+        result["mem_saving_vs_fp32_per_image"] = round(per_image, 2)
+
+
+def decide_outcome(results: Sequence[dict[str, Any]]) -> tuple[str, int]:
+    """A mode that errored fails the run; a mode skipped as unsupported does not."""
+    if any(r["status"] not in ("ok", "skipped") for r in results):
+        return "failed", EXIT_FAILED
+    return "passed", EXIT_PASSED
+
+
+def render_table(report: dict[str, Any]) -> str:
+    env = report["environment"]
+    lines = [
+        "dl-bench: ResNet-50 ({}) training, synthetic {}x{} data, {} warmup + {} timed steps".format(
+            env["model"], IMAGE_SIZE, IMAGE_SIZE, report["warmup"], report["iters"]
+        ),
+        "GPU {} (sm {}), driver {}, torch {}, CUDA {}, cuDNN {}".format(
+            env["gpu"], env["capability"], env["driver"], env["torch"], env["cuda"], env["cudnn"]
+        ),
+        f"{'mode':<12} {'batch':>5} {'img/s':>9} {'step ms':>8} {'peak GiB':>9} {'mem save':>8}  status",
+    ]
+    for r in report["modes"]:
+        if r["status"] == "ok":
+            saving = f"{r['mem_saving_vs_fp32']:.2f}x" if r.get("mem_saving_vs_fp32") else "-"
+            lines.append(
+                f"{r['mode']:<12} {r['batch_size']:>5} {r['images_per_s']:>9.1f} {r['step_ms']:>8.1f} "
+                f"{r['peak_mem_gib']:>9.2f} {saving:>8}  ok"
+            )
+        else:
+            lines.append(
+                f"{r['mode']:<12} {r['batch_size']:>5} {'-':>9} {'-':>8} {'-':>9} {'-':>8}  {r['status']}: {r['error']}"
+            )
+    lines.append("RESULT {} (exit {})".format(report["status"], report["exit_code"]))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host facts.
+# ---------------------------------------------------------------------------------------------
+
+
+def read_driver_version() -> str | None:
+    """The NVIDIA driver version from nvidia-smi, else pynvml, else None.
+
+    Duplicated in dl_smoke.py on purpose: each payload script must stand alone in an image.
+    """
+    try:
+        result = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+        lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        if result.returncode == 0 and lines:
+            return lines[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        import pynvml  # type: ignore[import-not-found, unused-ignore]
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # pynvml absent or no driver: the driver is simply unknown
+        return None
+
+
+def cudnn_version_text(torch: ModuleType) -> str | None:
+    """cuDNN's int as text: <= 8 encodes M*1000+m*100+p, 9 on encodes M*10000+m*100+p."""
+    if not torch.backends.cudnn.is_available():
+        return None
+    value = int(torch.backends.cudnn.version())
+    if value >= 10000:
+        return f"{value // 10000}.{value % 10000 // 100}.{value % 100}"
+    return f"{value // 1000}.{value % 1000 // 100}.{value % 100}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The model: torchvision's when it imports, else an identical built-in definition.
+# ---------------------------------------------------------------------------------------------
+
+
+def builtin_resnet50(torch: ModuleType, num_classes: int = NUM_CLASSES) -> Any:
+    """ResNet-50 as torchvision defines it (v1.5: stride in the 3x3 conv, [3, 4, 6, 3] blocks),
+    so numbers stay comparable on images whose torchvision is missing or broken."""
+    nn: Any = torch.nn
+
+    class Bottleneck(nn.Module):  # type: ignore[misc]
+        expansion = 4
+
+        def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: Any = None) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(inplanes, planes, kernel_size=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.conv2 = nn.Conv2d(planes, planes, kernel_size=3, stride=stride, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.conv3 = nn.Conv2d(planes, planes * self.expansion, kernel_size=1, bias=False)
+            self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = downsample
+
+        def forward(self, x: Any) -> Any:
+            identity = x if self.downsample is None else self.downsample(x)
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.relu(self.bn2(self.conv2(out)))
+            out = self.bn3(self.conv3(out))
+            return self.relu(out + identity)
+
+    class ResNet50(nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.inplanes = 64
+            self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
+            self.bn1 = nn.BatchNorm2d(64)
+            self.relu = nn.ReLU(inplace=True)
+            self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+            self.layer1 = self._layer(64, 3, 1)
+            self.layer2 = self._layer(128, 4, 2)
+            self.layer3 = self._layer(256, 6, 2)
+            self.layer4 = self._layer(512, 3, 2)
+            self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+            self.fc = nn.Linear(512 * Bottleneck.expansion, num_classes)
+            for module in self.modules():
+                if isinstance(module, nn.Conv2d):
+                    nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+                elif isinstance(module, nn.BatchNorm2d):
+                    nn.init.constant_(module.weight, 1)
+                    nn.init.constant_(module.bias, 0)
+
+        def _layer(self, planes: int, blocks: int, stride: int) -> Any:
+            downsample = None
+            if stride != 1 or self.inplanes != planes * Bottleneck.expansion:
+                downsample = nn.Sequential(
+                    nn.Conv2d(self.inplanes, planes * Bottleneck.expansion, kernel_size=1, stride=stride, bias=False),
+                    nn.BatchNorm2d(planes * Bottleneck.expansion),
+                )
+            layers = [Bottleneck(self.inplanes, planes, stride, downsample)]
+            self.inplanes = planes * Bottleneck.expansion
+            layers += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
+            return nn.Sequential(*layers)
+
+        def forward(self, x: Any) -> Any:
+            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            return self.fc(torch.flatten(self.avgpool(x), 1))
+
+    return ResNet50()
+
+
+def resnet50_factory(torch: ModuleType) -> tuple[Callable[[], Any], str]:
+    """(build function, where the model comes from). Never downloads weights."""
+    try:
+        import torchvision  # type: ignore[import-not-found, unused-ignore]
+        from torchvision.models import resnet50  # type: ignore[import-not-found, unused-ignore]
+    except Exception:  # absent, or built against another torch (fails with RuntimeError)
+        return (lambda: builtin_resnet50(torch)), "built-in"
+
+    def build() -> Any:
+        try:
+            return resnet50(weights=None)
+        except TypeError:  # torchvision < 0.13 knows only pretrained=
+            return resnet50(pretrained=False)
+
+    return build, f"torchvision {torchvision.__version__}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The timed training loop.
+# ---------------------------------------------------------------------------------------------
+
+
+def set_tf32(torch: ModuleType, enabled: bool) -> None:
+    # The legacy flags exist from torch 1.7 through 2.x; matmul defaults to off and cuDNN to
+    # on since 1.12, so fp32 must switch both off explicitly to be real FP32.
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+
+
+def autocast(torch: ModuleType, dtype_name: str | None) -> Any:
+    if dtype_name is None:
+        return contextlib.nullcontext()
+    dtype = getattr(torch, dtype_name)
+    if hasattr(torch, "autocast"):  # 1.10+
+        return torch.autocast(device_type="cuda", dtype=dtype)
+    return torch.cuda.amp.autocast()  # fp16 only; bf16 modes are skipped before this
+
+
+def grad_scaler(torch: ModuleType) -> Any:
+    # torch.amp.GradScaler arrived in 2.3 and torch.cuda.amp.GradScaler is deprecated since.
+    amp = getattr(torch, "amp", None)
+    if amp is not None and hasattr(amp, "GradScaler"):
+        return amp.GradScaler("cuda")
+    return torch.cuda.amp.GradScaler()
+
+
+def unsupported_reason(torch: ModuleType, mode: Mode) -> str | None:
+    """Why this torch or GPU cannot run the mode at all (a skip, not a failure)."""
+    if mode.compile and not hasattr(torch, "compile"):
+        return f"torch.compile needs torch 2.0+, this is {torch.__version__}"
+    if mode.autocast == "bfloat16":
+        supported = getattr(torch.cuda, "is_bf16_supported", None)
+        if not hasattr(torch, "autocast") or supported is None or not supported():
+            return "bf16 autocast not supported by this GPU or torch"
+    if mode.tf32 and torch.cuda.get_device_capability(0)[0] < 8:
+        # TF32 needs Ampere; the flag is harmless elsewhere but the mode would just be fp32.
+        if mode.name == "tf32":
+            return "TF32 needs compute capability 8.0+"
+    return None
+
+
+def _zero_grad(optimizer: Any) -> None:
+    try:
+        optimizer.zero_grad(set_to_none=True)  # cheaper: no memset of every gradient
+    except TypeError:  # torch < 1.7
+        optimizer.zero_grad()
+
+
+def time_mode(
+    torch: ModuleType, build_model: Callable[[], Any], mode: Mode, batch_size: int, warmup: int, iters: int
+) -> dict[str, Any]:
+    """Train `iters` timed steps after `warmup`; data is made once, on the GPU."""
+    device = torch.device("cuda", 0)
+    set_tf32(torch, mode.tf32)
+    torch.manual_seed(0)
+    memory_format = torch.channels_last if mode.channels_last else torch.contiguous_format
+    model = build_model().to(device).to(memory_format=memory_format)
+    model.train()
+    images = torch.randn(batch_size, 3, IMAGE_SIZE, IMAGE_SIZE, device=device)
+    images = images.contiguous(memory_format=memory_format)
+    labels = torch.randint(0, NUM_CLASSES, (batch_size,), device=device)
+    criterion = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    forward = torch.compile(model) if mode.compile else model
+    scaler = grad_scaler(torch) if mode.autocast == "float16" else None
+    if not (images.is_cuda and labels.is_cuda and all(p.is_cuda for p in model.parameters())):
+        raise RuntimeError("benchmark tensors are not on the GPU")
+
+    def step() -> Any:
+        _zero_grad(optimizer)
+        with autocast(torch, mode.autocast):
+            loss = criterion(forward(images), labels)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        return loss
+
+    warm_start = time.perf_counter()
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - warm_start
+    # Synchronize only around the loop: a sync per step would time the host, not the GPU.
+    start = time.perf_counter()
+    for _ in range(iters):
+        loss = step()
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    final_loss = float(loss.item())
+    if not math.isfinite(final_loss):
+        raise RuntimeError(f"loss is {final_loss}: the step is numerically broken")
+    return {
+        "images_per_s": round(images_per_second(batch_size, iters, elapsed), 1),
+        "step_ms": round(1000.0 * elapsed / iters, 2),
+        "warmup_s": round(warmup_s, 1),
+        "final_loss": round(final_loss, 4),
+    }
+
+
+def _is_oom(error: BaseException) -> bool:
+    return "out of memory" in str(error).lower()
+
+
+def run_mode(
+    torch: ModuleType, build_model: Callable[[], Any], mode: Mode, batch_size: int, warmup: int, iters: int
+) -> dict[str, Any]:
+    """One mode's result row; errors become a status, so later modes still run."""
+    result: dict[str, Any] = {
+        "mode": mode.name,
+        "description": mode.summary,
+        "status": "ok",
+        "batch_size": batch_size,
+        "autocast": mode.autocast,
+        "tf32": mode.tf32,
+        "channels_last": mode.channels_last,
+        "compiled": mode.compile,
+        "images_per_s": None,
+        "step_ms": None,
+        "peak_mem_gib": None,
+        "error": None,
+    }
+    reason = unsupported_reason(torch, mode)
+    if reason is not None:
+        result.update(status="skipped", error=reason)
+        return result
+    # Each mode starts from an empty cache so its peak is its own, not the previous mode's.
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(0)
+    try:
+        result.update(time_mode(torch, build_model, mode, batch_size, warmup, iters))
+        result["peak_mem_gib"] = round(torch.cuda.max_memory_allocated(0) / GIB, 2)
+        result["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved(0) / GIB, 2)
+    except Exception as error:  # OOM, compile failures, driver errors: record and go on
+        result.update(status="oom" if _is_oom(error) else "error", error=first_line(str(error)))
+    gc.collect()
+    torch.cuda.empty_cache()
+    return result
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    line = lines[0] if lines else text
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def environment(torch: ModuleType, model_source: str) -> dict[str, Any]:
+    available = torch.cuda.is_available()
+    try:
+        import torchvision  # type: ignore[import-not-found, unused-ignore]
+
+        vision: str | None = torchvision.__version__
+    except Exception:
+        vision = None
+    return {
+        "torch": torch.__version__,
+        "torchvision": vision,
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn_version_text(torch) if available else None,
+        "gpu": torch.cuda.get_device_name(0) if available else None,
+        "capability": "{}.{}".format(*torch.cuda.get_device_capability(0)) if available else None,
+        "driver": read_driver_version(),
+        "python": "{}.{}.{}".format(*sys.version_info[:3]),
+        "model": model_source,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line.
+# ---------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dl-bench",
+        description="Synthetic ResNet-50 training throughput and peak memory per precision mode. "
+        "Exit 0 passed, 1 a mode failed, 2 usage error, 77 no GPU.",
+    )
+    parser.add_argument(
+        "--batch-size",
+        action="append",
+        metavar="N|MODE=N",
+        help=f"batch size for all modes (default {DEFAULT_BATCH_SIZE}) or one mode, e.g. amp_fp16_cl=256; repeatable",
+    )
+    parser.add_argument(
+        "--modes",
+        help=f"comma-separated modes from {', '.join(MODES)} (default {','.join(DEFAULT_MODES)})",
+    )
+    parser.add_argument("--compile", action="store_true", help="also run the compile mode (torch.compile)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps per mode (default 10)")
+    parser.add_argument("--iters", type=int, default=50, help="timed steps per mode (default 50)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--out", metavar="FILE", help="also write the JSON report to FILE")
+    return parser
+
+
+def emit(report: dict[str, Any], args: argparse.Namespace) -> None:
+    text = json.dumps(report, indent=2)
+    if args.out:
+        with open(args.out, "w") as handle:
+            handle.write(text + "\n")
+    print(text if args.json else render_table(report))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.warmup < 1 or args.iters < 1:
+            raise UsageError("--warmup and --iters must be at least 1")
+        modes = parse_modes(args.modes, args.compile)
+        batch_sizes = parse_batch_sizes(args.batch_size, modes)
+        try:
+            import torch
+        except Exception as error:  # a broken install raises OSError etc., not only ImportError
+            raise UsageError(f"cannot import torch ({type(error).__name__}: {first_line(str(error))})") from None
+    except UsageError as error:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write(f"dl-bench: error: {error}\n")
+        return EXIT_USAGE
+
+    build_model, model_source = resnet50_factory(torch)
+    report: dict[str, Any] = {
+        "status": "skipped",
+        "exit_code": EXIT_SKIPPED,
+        "benchmark": "resnet50-synthetic-train",
+        "warmup": args.warmup,
+        "iters": args.iters,
+        "environment": environment(torch, model_source),
+        "modes": [],
+    }
+    if not torch.cuda.is_available():
+        sys.stderr.write("dl-bench: no GPU visible to torch; skipped (exit 77)\n")
+        if args.json or args.out:
+            emit(report, args)
+        return EXIT_SKIPPED
+
+    # cuDNN autotuning picks the fastest convolution per shape; the shapes never change here.
+    torch.backends.cudnn.benchmark = True
+    results = []
+    for name in modes:
+        result = run_mode(torch, build_model, MODES[name], batch_sizes[name], args.warmup, args.iters)
+        results.append(result)
+        # Progress on stderr keeps stdout a single JSON object with --json.
+        sys.stderr.write(f"dl-bench: {name} {result['status']} {result['images_per_s'] or ''}\n")
+    add_memory_savings(results)
+    report["modes"] = results
+    report["status"], report["exit_code"] = decide_outcome(results)
+    emit(report, args)
+    return int(report["exit_code"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1014 @@
+#!/usr/bin/env python3
+"""GPU smoke test run inside a dlimages image (installed as `dl-smoke`): prove that the
+framework sees the GPU, was built with kernels for it, matches the cell's versions, and can
+train a few mixed-precision steps on it.
+
+Standalone on purpose (stdlib plus the framework only): it is copied into images and also runs
+as a plain script on any host, so it must not import dlimages. It stays compatible with
+Python 3.8, the oldest Python in the matrix.
+
+Exit codes: 0 passed on a GPU, 1 a check failed, 2 usage error, 77 skipped (no GPU visible).
+"""
+
+# Postponed annotations keep the modern typing syntax importable on Python 3.8.
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, NamedTuple
+
+EXIT_PASSED = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+# 77 is the automake/ctest convention for "skipped"; a run without a GPU must never look green.
+EXIT_SKIPPED = 77
+
+DEFAULT_CELL_FILE = "/etc/dlimages/cell.json"
+CELL_KEYS = (
+    "framework",
+    "framework_version",
+    "cuda",
+    "cudnn",
+    "python",
+    "min_driver",
+    "cuda_arch_list",
+)
+FRAMEWORK_ALIASES = {
+    "pytorch": "pytorch",
+    "torch": "pytorch",
+    "tensorflow": "tensorflow",
+    "tf": "tensorflow",
+}
+
+PASS = "pass"  # noqa: S105 (a check status, not a password)
+FAIL = "fail"
+SKIP = "skip"
+INFO = "info"
+
+# Minimum Linux driver per CUDA major under minor-version compatibility (CUDA release notes,
+# table 2). Used only to word a driver failure when the cell gives no min_driver.
+MIN_DRIVER_BY_CUDA_MAJOR = {
+    10: "410.48",
+    11: "450.80.02",
+    12: "525.60.13",
+    13: "580.65.06",
+}
+
+# Substrings of the frameworks' and CUDA's own messages; matched case-insensitively.
+NO_KERNEL_PATTERNS = (
+    "no kernel image is available",
+    "cudaerrornokernelimagefordevice",
+    "cuda_error_no_binary_for_gpu",
+)
+DRIVER_TOO_OLD_PATTERNS = (
+    "driver on your system is too old",
+    "cuda driver version is insufficient",
+    "cudaerrorinsufficientdriver",
+    "cuda_error_system_driver_mismatch",
+    # PTX built by a newer toolchain than the driver can JIT: also a driver that is too old.
+    "provided ptx was compiled with an unsupported toolchain",
+    "cudaerrorunsupportedptxversion",
+)
+NO_KERNEL = "no_kernel_image"
+DRIVER_TOO_OLD = "driver_too_old"
+
+# The training step: small enough to take well under a second, big enough that the loss has
+# somewhere to go.
+TRAIN_SAMPLES = 256
+TRAIN_FEATURES = 64
+TRAIN_HIDDEN = 256
+TRAIN_CLASSES = 8
+TRAIN_LR = 1e-2
+TRAIN_SEED = 0
+
+
+class UsageError(Exception):
+    """Bad input from the person running the script: exit 2 with the message."""
+
+
+class Check(NamedTuple):
+    name: str
+    status: str
+    detail: str
+
+
+class ArchEntry(NamedTuple):
+    """One entry of a build's CUDA arch list: sm_XY is a cubin, compute_XY is PTX."""
+
+    kind: str  # "sm" or "compute"
+    major: int
+    minor: int
+    variant: str  # "" portable, "a" arch-specific, "f" family-specific
+    text: str
+
+
+class Expectations(NamedTuple):
+    framework: str | None
+    framework_version: str | None
+    cuda: str | None
+    cudnn: str | None
+    python: str | None
+    min_driver: str | None
+    cuda_arch_list: list[str] | None
+
+
+class Probe(NamedTuple):
+    """What one framework probe found; `gpu_visible` False means skip, not fail."""
+
+    checks: list[Check]
+    gpus: list[dict[str, Any]]
+    versions: dict[str, str | None]
+    gpu_visible: bool
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure rules: versions, arch compatibility, error classification, outcome.
+# ---------------------------------------------------------------------------------------------
+
+_ARCH_RE = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
+_VERSION_RE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
+
+
+def parse_arch(entry: str) -> ArchEntry | None:
+    """Parse "sm_90", "sm_100a", "compute_80" (the last digit is the minor); None if not an arch."""
+    match = _ARCH_RE.match(entry.strip().lower())
+    if match is None:
+        return None
+    kind, major, minor, variant = match.groups()
+    return ArchEntry(kind, int(major), int(minor), variant, entry.strip())
+
+
+def arch_name(capability: tuple[int, int]) -> str:
+    return f"sm_{capability[0]}{capability[1]}"
+
+
+def entry_runs_on(entry: ArchEntry, capability: tuple[int, int]) -> bool:
+    """CUDA's binary-compatibility rule for one arch-list entry on a GPU of `capability`.
+
+    A cubin sm_XY runs on the same major X with minor >= Y; PTX compute_XY is JIT-compiled by
+    the driver for any GPU at least XY. Arch-specific "a" targets (sm_90a) run only on exactly
+    that GPU; family-specific "f" targets (sm_100f) on the same major with minor >= Y.
+    """
+    major, minor = capability
+    if entry.variant == "a":
+        return (entry.major, entry.minor) == (major, minor)
+    if entry.variant == "f" or entry.kind == "sm":
+        return entry.major == major and entry.minor <= minor
+    return (entry.major, entry.minor) <= (major, minor)
+
+
+def kernel_for_capability(capability: tuple[int, int], arch_list: Sequence[str]) -> str | None:
+    """The arch-list entry a GPU would run from, preferring a cubin over JIT from PTX."""
+    entries = [e for e in (parse_arch(a) for a in arch_list) if e is not None]
+    runnable = [e for e in entries if entry_runs_on(e, capability)]
+    cubins = [e for e in runnable if e.kind == "sm"]
+    # The newest matching cubin is the one the loader picks; PTX is the fallback.
+    for group in (cubins, runnable):
+        if group:
+            return max(group, key=lambda e: (e.major, e.minor)).text
+    return None
+
+
+def describe_no_kernel(capability: tuple[int, int], arch_list: Sequence[str]) -> str:
+    return "no kernel image for {} in this build (build has: {})".format(
+        arch_name(capability), " ".join(arch_list) if arch_list else "nothing listed"
+    )
+
+
+def parse_version(text: str | None) -> tuple[int, ...] | None:
+    """Leading dotted numbers of a version string: "2.11.0+cu130" -> (2, 11, 0)."""
+    if text is None:
+        return None
+    match = _VERSION_RE.match(str(text))
+    if match is None:
+        return None
+    return tuple(int(part) for part in match.group(1).split("."))
+
+
+def decode_cudnn_version(value: int | str | None) -> tuple[int, int, int] | None:
+    """Decode cuDNN's integer version (or a dotted string) into (major, minor, patch).
+
+    cuDNN up to 8 encodes major*1000 + minor*100 + patch (8005 -> 8.0.5, 8902 -> 8.9.2);
+    cuDNN 9 switched to major*10000 + minor*100 + patch (90100 -> 9.1.0), so any value of
+    10000 or more uses the new encoding (the old one never reached a major of 10).
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        if "." not in text and text.isdigit() and int(text) >= 1000:
+            return decode_cudnn_version(int(text))
+        parts = parse_version(text)
+        if parts is None:
+            return None
+        padded = (*tuple(parts), 0, 0)
+        return (padded[0], padded[1], padded[2])
+    number = int(value)
+    if number >= 10000:
+        return (number // 10000, (number % 10000) // 100, number % 100)
+    if number >= 1000:
+        return (number // 1000, (number % 1000) // 100, number % 100)
+    # A bare major ("8" from TF's build info).
+    return (number, 0, 0)
+
+
+def format_version(parts: Sequence[int] | None) -> str:
+    return "unknown" if parts is None else ".".join(str(p) for p in parts)
+
+
+def version_matches(found: Sequence[int] | None, expected: Sequence[int], depth: int | None = None) -> bool:
+    """True when `found` starts with `expected` (cut to `depth` parts, e.g. 2 = major.minor)."""
+    if found is None:
+        return False
+    wanted = tuple(expected[:depth]) if depth is not None else tuple(expected)
+    return tuple(found[: len(wanted)]) == wanted
+
+
+def driver_is_sufficient(driver: str, min_driver: str) -> bool | None:
+    have = parse_version(driver)
+    need = parse_version(min_driver)
+    if have is None or need is None:
+        return None
+    return have >= need
+
+
+def classify_cuda_error(text: str) -> str | None:
+    """NO_KERNEL, DRIVER_TOO_OLD or None for an error or log text from CUDA or a framework."""
+    lowered = text.lower()
+    if any(p in lowered for p in NO_KERNEL_PATTERNS):
+        return NO_KERNEL
+    if any(p in lowered for p in DRIVER_TOO_OLD_PATTERNS):
+        return DRIVER_TOO_OLD
+    return None
+
+
+def describe_driver_too_old(cuda: str | None, min_driver: str | None, driver: str | None) -> str:
+    needed = min_driver
+    cuda_parts = parse_version(cuda)
+    if needed is None and cuda_parts is not None:
+        needed = MIN_DRIVER_BY_CUDA_MAJOR.get(cuda_parts[0])
+    text = "driver too old for CUDA {} (needs >= {})".format(cuda or "unknown", needed or "a newer driver")
+    if driver:
+        text += f"; found driver {driver}"
+    return text
+
+
+def compare_check(
+    name: str,
+    label: str,
+    found: tuple[int, ...] | None,
+    found_text: str | None,
+    expected: str | None,
+    depth: int | None,
+) -> Check:
+    """PASS/FAIL a version against an expectation; SKIP ("not checked") without one."""
+    shown = found_text if found_text is not None else "none"
+    if expected is None:
+        return Check(name, SKIP, f"not checked (no expectation); found {shown}")
+    wanted = parse_version(expected)
+    if wanted is None:
+        return Check(name, FAIL, f"cannot parse expected {label} {expected!r}")
+    if version_matches(found, wanted, depth):
+        return Check(name, PASS, f"{shown} (expected {expected})")
+    return Check(name, FAIL, f"{label} version mismatch: found {shown}, expected {expected}")
+
+
+def arch_list_check(build: Sequence[str] | None, expected: Sequence[str] | None) -> Check:
+    """Every arch the cell asked for must be in the build (sm_90a also covers sm_90)."""
+    if expected is None:
+        return Check(
+            "build_arch_list",
+            SKIP,
+            "not checked (no expectation); build has {}".format(" ".join(build) if build else "unknown"),
+        )
+    if build is None:
+        return Check("build_arch_list", FAIL, "build reports no arch list; expected {}".format(" ".join(expected)))
+    have = {a.strip().lower().rstrip("af") for a in build}
+    missing = [a for a in expected if a.strip().lower().rstrip("af") not in have]
+    if missing:
+        return Check(
+            "build_arch_list", FAIL, "build lacks {} (build has: {})".format(" ".join(missing), " ".join(build))
+        )
+    return Check("build_arch_list", PASS, " ".join(build))
+
+
+def loss_decreased(losses: Sequence[float], window: int = 3) -> bool:
+    """Mean of the last `window` losses below the mean of the first `window`, all finite."""
+    if len(losses) < 2 * window:
+        return False
+    if any(loss != loss or loss in (float("inf"), float("-inf")) for loss in losses):
+        return False
+    first = sum(losses[:window]) / window
+    last = sum(losses[-window:]) / window
+    return last < first
+
+
+def describe_losses(losses: Sequence[float]) -> str:
+    return f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps"
+
+
+def decide_outcome(checks: Sequence[Check], gpu_visible: bool) -> tuple[str, int]:
+    """A failed check beats everything; without a GPU the run is skipped, never passed."""
+    if any(c.status == FAIL for c in checks):
+        return "failed", EXIT_FAILED
+    if not gpu_visible:
+        return "skipped", EXIT_SKIPPED
+    return "passed", EXIT_PASSED
+
+
+def normalize_framework(name: str | None) -> str | None:
+    if name is None:
+        return None
+    key = name.strip().lower()
+    if key not in FRAMEWORK_ALIASES:
+        raise UsageError(f"unknown framework {name!r} (use pytorch or tensorflow)")
+    return FRAMEWORK_ALIASES[key]
+
+
+def validate_cell(data: Any, source: str) -> dict[str, Any]:
+    """Check a cell file's shape; report every problem at once, unknown keys included."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}: expected a JSON object")
+    problems = []
+    for key in sorted(set(data) - set(CELL_KEYS)):
+        problems.append("unknown key {!r} (known: {})".format(key, ", ".join(CELL_KEYS)))
+    for key in CELL_KEYS:
+        value = data.get(key)
+        if value is None:
+            continue
+        if key == "cuda_arch_list":
+            if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+                problems.append('cuda_arch_list must be a list of strings like "sm_90"')
+            else:
+                bad = [a for a in value if parse_arch(a) is None]
+                if bad:
+                    problems.append("cuda_arch_list has entries that are not archs: {}".format(", ".join(bad)))
+        elif not isinstance(value, (str, int, float)):
+            problems.append(f"{key} must be a string")
+    if problems:
+        raise UsageError("{}: {}".format(source, "; ".join(problems)))
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def resolve_expectations(cell: dict[str, Any], args: argparse.Namespace) -> Expectations:
+    """Flags override the cell file; what neither gives stays None ("not checked")."""
+
+    def pick(flag: str | None, key: str) -> str | None:
+        if flag is not None:
+            return flag
+        value = cell.get(key)
+        return None if value is None else str(value)
+
+    arch_list = cell.get("cuda_arch_list")
+    return Expectations(
+        framework=normalize_framework(pick(None, "framework")),
+        framework_version=pick(args.expect_framework_version, "framework_version"),
+        cuda=pick(args.expect_cuda, "cuda"),
+        cudnn=pick(args.expect_cudnn, "cudnn"),
+        python=pick(None, "python"),
+        min_driver=pick(None, "min_driver"),
+        cuda_arch_list=list(arch_list) if arch_list is not None else None,
+    )
+
+
+def choose_framework(requested: str, expected: str | None) -> list[str]:
+    """Frameworks to try in order: an explicit flag, else the cell's, else torch then TF."""
+    if requested != "auto":
+        return [requested]
+    if expected is not None:
+        return [expected]
+    return ["pytorch", "tensorflow"]
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    line = lines[0] if lines else str(text)
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def build_report(framework: str, probe: Probe, checks: Sequence[Check]) -> dict[str, Any]:
+    status, code = decide_outcome(checks, probe.gpu_visible)
+    return {
+        "status": status,
+        "exit_code": code,
+        "framework": framework,
+        "checks": [c._asdict() for c in checks],
+        "gpus": probe.gpus,
+        "versions": probe.versions,
+    }
+
+
+def render_human(report: dict[str, Any]) -> str:
+    versions = report["versions"]
+    lines = ["dl-smoke: {} {}".format(report["framework"], versions.get("framework") or "")]
+    width = max([len(c["name"]) for c in report["checks"]] + [8])
+    for check in report["checks"]:
+        lines.append("{:<4}  {:<{w}}  {}".format(check["status"].upper(), check["name"], check["detail"], w=width))
+    lines.append("RESULT {} (exit {})".format(report["status"], report["exit_code"]))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host facts (side effects kept small: read-only subprocess and file lookups).
+# ---------------------------------------------------------------------------------------------
+
+
+def read_driver_version() -> str | None:
+    """The NVIDIA driver version from nvidia-smi, else pynvml, else None."""
+    try:
+        result = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+        lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        if result.returncode == 0 and lines:
+            return lines[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        import pynvml  # type: ignore[import-not-found, unused-ignore]
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # pynvml absent or no driver: the driver is simply unknown
+        return None
+
+
+def host_has_gpu() -> bool:
+    """A GPU device node is present, i.e. a GPU was handed to this host or container."""
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def gpus_hidden_by_env() -> bool:
+    """CUDA_VISIBLE_DEVICES set to nothing hides every GPU on purpose: a skip, not a failure."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return value is not None and value.strip() in ("", "-1", "none", "NoDevFiles")
+
+
+class _NativeStderr:
+    """Capture what C++ code writes to fd 2 (TF logs CUDA init errors there, not in Python)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self._saved = -1
+        self._file: Any = None
+
+    def __enter__(self) -> _NativeStderr:
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile(mode="w+b")
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode("utf-8", "replace")
+        self._file.close()
+
+
+def common_checks(exp: Expectations, driver: str | None) -> list[Check]:
+    """Checks that need no framework: Python version and the driver against min_driver."""
+    checks = [
+        compare_check(
+            "python_version",
+            "Python",
+            tuple(sys.version_info[:3]),
+            "{}.{}.{}".format(*sys.version_info[:3]),
+            exp.python,
+            2,
+        )
+    ]
+    if driver is None:
+        checks.append(
+            Check(
+                "driver", SKIP if exp.min_driver is None else INFO, "driver version unknown (no nvidia-smi, no pynvml)"
+            )
+        )
+    elif exp.min_driver is None:
+        checks.append(Check("driver", SKIP, f"not checked (no min_driver expectation); found {driver}"))
+    else:
+        ok = driver_is_sufficient(driver, exp.min_driver)
+        checks.append(
+            Check(
+                "driver",
+                PASS if ok else FAIL,
+                f"{driver} (needs >= {exp.min_driver})"
+                if ok
+                else describe_driver_too_old(exp.cuda, exp.min_driver, driver),
+            )
+        )
+    return checks
+
+
+def unavailable_check(
+    name: str,
+    reason: str,
+    built_with_cuda: bool,
+    cuda: str | None,
+    exp: Expectations,
+    driver: str | None,
+) -> tuple[Check, bool]:
+    """Why the framework sees no GPU: (check, gpu_visible). gpu_visible False means skip.
+
+    A GPU node present but unusable is a failure, never a skip: that is exactly the image
+    that would silently train on the CPU.
+    """
+    kind = classify_cuda_error(reason)
+    if kind == DRIVER_TOO_OLD:
+        return Check(name, FAIL, describe_driver_too_old(cuda or exp.cuda, exp.min_driver, driver)), True
+    if host_has_gpu() and not gpus_hidden_by_env():
+        if not built_with_cuda:
+            return Check(
+                name, FAIL, "a GPU is present but this framework build has no CUDA support (CPU-only build)"
+            ), True
+        return Check(
+            name,
+            FAIL,
+            "a GPU is present but the framework cannot use it: {}".format(
+                first_line(reason) if reason.strip() else "no reason given"
+            ),
+        ), True
+    detail = "no GPU visible"
+    if reason.strip():
+        detail += f" ({first_line(reason)})"
+    return Check(name, SKIP, detail), False
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch.
+# ---------------------------------------------------------------------------------------------
+
+
+def torch_autocast(torch: ModuleType, dtype: Any) -> Any:
+    """Autocast context for CUDA; torch.autocast is 1.10+, torch.cuda.amp.autocast is fp16 only."""
+    if hasattr(torch, "autocast"):
+        return torch.autocast(device_type="cuda", dtype=dtype)
+    if dtype is torch.float16:
+        return torch.cuda.amp.autocast()
+    raise RuntimeError("this torch has no torch.autocast, so no bf16 autocast")
+
+
+def torch_grad_scaler(torch: ModuleType) -> Any:
+    # torch.amp.GradScaler arrived in 2.3 and torch.cuda.amp.GradScaler is deprecated since.
+    amp = getattr(torch, "amp", None)
+    if amp is not None and hasattr(amp, "GradScaler"):
+        return amp.GradScaler("cuda")
+    return torch.cuda.amp.GradScaler()
+
+
+def _off_gpu(tensors: dict[str, Any]) -> list[str]:
+    return [name for name, t in tensors.items() if t is not None and not t.is_cuda]
+
+
+def train_torch(torch: ModuleType, device_index: int, dtype_name: str, steps: int) -> list[float]:
+    """A real AMP training loop on one GPU; raises on any tensor off the GPU or autocast unused."""
+    device = torch.device("cuda", device_index)
+    dtype = getattr(torch, dtype_name)
+    torch.manual_seed(TRAIN_SEED)
+    x = torch.randn(TRAIN_SAMPLES, TRAIN_FEATURES, device=device)
+    teacher = torch.randn(TRAIN_FEATURES, TRAIN_CLASSES, device=device)
+    y = (x @ teacher).argmax(dim=1)  # learnable labels, so the loss has somewhere to go
+    model = torch.nn.Sequential(
+        torch.nn.Linear(TRAIN_FEATURES, TRAIN_HIDDEN),
+        torch.nn.ReLU(),
+        torch.nn.Linear(TRAIN_HIDDEN, TRAIN_CLASSES),
+    ).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=TRAIN_LR)
+    # bf16 has fp32's range, so only fp16 needs loss scaling.
+    scaler = torch_grad_scaler(torch) if dtype is torch.float16 else None
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        with torch_autocast(torch, dtype):
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits, y)
+        if logits.dtype != dtype:
+            raise RuntimeError(f"autocast did not engage: logits are {logits.dtype}, expected {dtype}")
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        losses.append(float(loss.item()))
+    tensors = {"x": x, "y": y, "logits": logits, "loss": loss}
+    for name, param in model.named_parameters():
+        tensors["param " + name] = param
+        tensors["grad " + name] = param.grad
+    for index, state in enumerate(optimizer.state.values()):
+        for key, value in state.items():
+            if hasattr(value, "is_cuda") and value.dim() > 0:
+                tensors[f"optimizer state {index} {key}"] = value
+    off = _off_gpu(tensors)
+    if off:
+        raise RuntimeError("tensors not on cuda (CPU fallback): {}".format(", ".join(off)))
+    return losses
+
+
+def torch_train_check(torch: ModuleType, index: int, dtype_name: str, steps: int, describe_error: Any) -> Check:
+    name = "train_{}[{}]".format("amp_fp16" if dtype_name == "float16" else "amp_bf16", index)
+    try:
+        losses = train_torch(torch, index, dtype_name, steps)
+    except RuntimeError as error:
+        return Check(name, FAIL, describe_error(str(error)))
+    if loss_decreased(losses):
+        return Check(name, PASS, describe_losses(losses))
+    return Check(name, FAIL, "loss did not decrease: " + describe_losses(losses))
+
+
+def probe_torch(torch: ModuleType, exp: Expectations, steps: int, driver: str | None) -> Probe:
+    cuda = torch.version.cuda
+    versions = {
+        "python": "{}.{}.{}".format(*sys.version_info[:3]),
+        "framework": torch.__version__,
+        "cuda": cuda,
+        "cudnn": None,
+        "driver": driver,
+    }
+    checks = [
+        compare_check(
+            "framework_version",
+            "torch",
+            parse_version(torch.__version__),
+            torch.__version__,
+            exp.framework_version,
+            None,
+        ),
+        compare_check("cuda_version", "CUDA", parse_version(cuda), cuda, exp.cuda, 2),
+    ]
+    # is_available() warns (rather than raises) when the driver is too old; keep the text.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        available = bool(torch.cuda.is_available())
+    if not available:
+        reason = " ".join(str(w.message) for w in caught)
+        if cuda is not None:
+            try:
+                torch.cuda.init()
+            except Exception as error:  # the init error is the most precise reason there is
+                reason = (reason + " " + str(error)).strip()
+        check, visible = unavailable_check("cuda_available", reason, cuda is not None, cuda, exp, driver)
+        return Probe([*checks, check], [], versions, visible)
+
+    count = torch.cuda.device_count()
+    checks.append(Check("cuda_available", PASS, f"{count} GPU(s) visible"))
+    arch_list = list(torch.cuda.get_arch_list()) if hasattr(torch.cuda, "get_arch_list") else None
+    checks.append(arch_list_check(arch_list, exp.cuda_arch_list))
+
+    cudnn_parts = None
+    if torch.backends.cudnn.is_available():
+        cudnn_parts = decode_cudnn_version(torch.backends.cudnn.version())
+        versions["cudnn"] = format_version(cudnn_parts)
+    checks.append(compare_check("cudnn_version", "cuDNN", cudnn_parts, versions["cudnn"], exp.cudnn, 2))
+
+    gpus = []
+    for index in range(count):
+        capability = tuple(torch.cuda.get_device_capability(index))
+        props = torch.cuda.get_device_properties(index)
+        gpus.append(
+            {
+                "index": index,
+                "name": torch.cuda.get_device_name(index),
+                "capability": "{}.{}".format(*capability),
+                "memory_gib": round(props.total_memory / 2**30, 1),
+            }
+        )
+        arch_ok = True
+        if arch_list is None:
+            checks.append(Check(f"arch[{index}]", SKIP, "this torch has no get_arch_list(); not checked"))
+        else:
+            entry = kernel_for_capability((capability[0], capability[1]), arch_list)
+            arch_ok = entry is not None
+            checks.append(
+                Check(
+                    f"arch[{index}]",
+                    PASS if arch_ok else FAIL,
+                    "{} {} runs {}{}".format(
+                        gpus[-1]["name"],
+                        arch_name(capability),
+                        entry,
+                        " (JIT from PTX)" if entry and entry.startswith("compute") else "",
+                    )
+                    if arch_ok
+                    else describe_no_kernel(capability, arch_list),
+                )
+            )
+        if not arch_ok:
+            continue  # training would only repeat the failure in a less readable form
+
+        def describe_error(text: str, capability: Any = capability) -> str:
+            kind = classify_cuda_error(text)
+            if kind == NO_KERNEL:
+                return describe_no_kernel(capability, arch_list or [])
+            if kind == DRIVER_TOO_OLD:
+                return describe_driver_too_old(cuda, exp.min_driver, driver)
+            return first_line(text)
+
+        checks.append(torch_train_check(torch, index, "float16", steps, describe_error))
+        bf16 = getattr(torch.cuda, "is_bf16_supported", None)
+        if bf16 is not None and hasattr(torch, "autocast") and bf16():
+            checks.append(torch_train_check(torch, index, "bfloat16", steps, describe_error))
+        else:
+            checks.append(Check(f"train_amp_bf16[{index}]", SKIP, "bf16 not supported by this GPU or torch"))
+    return Probe(checks, gpus, versions, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorFlow.
+# ---------------------------------------------------------------------------------------------
+
+
+def tf_set_policy(tf: ModuleType, policy: Any) -> None:
+    # set_global_policy is the API from TF 2.4 on (and Keras 3); 2.1-2.3 had it experimental.
+    mixed = tf.keras.mixed_precision
+    if hasattr(mixed, "set_global_policy"):
+        mixed.set_global_policy(policy)
+    else:
+        mixed.experimental.set_policy(policy)
+
+
+def tf_global_policy(tf: ModuleType) -> Any:
+    mixed = tf.keras.mixed_precision
+    if hasattr(mixed, "global_policy"):
+        return mixed.global_policy()
+    return mixed.experimental.global_policy()
+
+
+def _tf_variable_device(variable: Any) -> str:
+    # Keras 2 variables carry .device; Keras 3 wraps a tf.Variable in .value.
+    device = getattr(variable, "device", None)
+    if not device and hasattr(variable, "value"):
+        device = getattr(variable.value, "device", None)
+    return str(device or "")
+
+
+def train_tensorflow(tf: ModuleType, device: str, steps: int) -> list[float]:
+    """A mixed_float16 Keras fit on one GPU; raises when a weight is off the GPU."""
+    prior = tf_global_policy(tf)
+    tf_set_policy(tf, "mixed_float16")
+    try:
+        tf.random.set_seed(TRAIN_SEED)
+        with tf.device(device):
+            x = tf.random.normal((TRAIN_SAMPLES, TRAIN_FEATURES), seed=1)
+            teacher = tf.random.normal((TRAIN_FEATURES, TRAIN_CLASSES), seed=2)
+            y = tf.argmax(tf.matmul(x, teacher), axis=1)
+            layers = tf.keras.layers
+            model = tf.keras.Sequential(
+                [
+                    tf.keras.Input(shape=(TRAIN_FEATURES,)),
+                    layers.Dense(TRAIN_HIDDEN, activation="relu"),
+                    layers.Dense(TRAIN_CLASSES),
+                    # Softmax-side outputs stay float32, as the mixed-precision guide asks.
+                    layers.Activation("linear", dtype="float32"),
+                ]
+            )
+            model.compile(
+                optimizer=tf.keras.optimizers.Adam(TRAIN_LR),
+                loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
+            history = model.fit(x, y, batch_size=TRAIN_SAMPLES, epochs=steps, verbose=0, shuffle=False)
+        compute_dtype = str(getattr(model.layers[0], "compute_dtype", ""))
+        if "float16" not in compute_dtype:
+            raise RuntimeError("mixed_float16 did not engage: compute dtype {}".format(compute_dtype or "unknown"))
+        off = [v.name for v in model.weights if "GPU" not in _tf_variable_device(v).upper()]
+        if off:
+            raise RuntimeError("weights not on the GPU (CPU fallback): {}".format(", ".join(off)))
+        return [float(v) for v in history.history["loss"]]
+    finally:
+        tf_set_policy(tf, prior)
+
+
+def tf_cudnn_parts(raw: Any) -> tuple[int, ...] | None:
+    """TF reports cuDNN as "8" or "8.9" or an encoded int: keep only the parts it really gives."""
+    if raw is None or str(raw).strip() == "":
+        return None
+    text = str(raw).strip()
+    if text.isdigit() and int(text) >= 1000:
+        return decode_cudnn_version(int(text))
+    return parse_version(text)
+
+
+def probe_tensorflow(tf: ModuleType, exp: Expectations, steps: int, driver: str | None) -> Probe:
+    info: dict[str, Any] = {}
+    if hasattr(tf, "sysconfig") and hasattr(tf.sysconfig, "get_build_info"):
+        info = dict(tf.sysconfig.get_build_info())
+    cuda = info.get("cuda_version")
+    cudnn_raw = info.get("cudnn_version")
+    cudnn_parts = tf_cudnn_parts(cudnn_raw)
+    versions = {
+        "python": "{}.{}.{}".format(*sys.version_info[:3]),
+        "framework": tf.__version__,
+        "cuda": str(cuda) if cuda else None,
+        "cudnn": str(cudnn_raw) if cudnn_raw else None,
+        "driver": driver,
+    }
+    checks = [
+        compare_check(
+            "framework_version",
+            "tensorflow",
+            parse_version(tf.__version__),
+            tf.__version__,
+            exp.framework_version,
+            None,
+        ),
+        compare_check("cuda_version", "CUDA", parse_version(versions["cuda"]), versions["cuda"], exp.cuda, 2),
+        # TF's build info often holds only the cuDNN major ("8"): compare what it gives.
+        compare_check(
+            "cudnn_version",
+            "cuDNN",
+            cudnn_parts,
+            versions["cudnn"],
+            exp.cudnn,
+            min(2, len(cudnn_parts)) if cudnn_parts else 2,
+        ),
+    ]
+    config = tf.config
+    lister = getattr(config, "list_physical_devices", None) or config.experimental.list_physical_devices
+    with _NativeStderr() as native:
+        gpus = lister("GPU")
+    if native.text:
+        sys.stderr.write(native.text)
+    if not gpus:
+        built = bool(tf.test.is_built_with_cuda())
+        check, visible = unavailable_check("cuda_available", native.text, built, versions["cuda"], exp, driver)
+        return Probe([*checks, check], [], versions, visible)
+    checks.append(Check("cuda_available", PASS, f"{len(gpus)} GPU(s) visible"))
+    arch_list = info.get("cuda_compute_capabilities")
+    arch_list = [str(a) for a in arch_list] if arch_list else None
+    checks.append(arch_list_check(arch_list, exp.cuda_arch_list))
+
+    details_of = getattr(config.experimental, "get_device_details", None)
+    gpu_rows = []
+    for index, gpu in enumerate(gpus):
+        details = dict(details_of(gpu)) if details_of else {}
+        capability = details.get("compute_capability")
+        gpu_rows.append(
+            {
+                "index": index,
+                "name": details.get("device_name", gpu.name),
+                "capability": "{}.{}".format(*capability) if capability else None,
+            }
+        )
+        if capability is None or arch_list is None:
+            checks.append(Check(f"arch[{index}]", SKIP, "capability or build arch list unknown; not checked"))
+            continue
+        entry = kernel_for_capability((int(capability[0]), int(capability[1])), arch_list)
+        checks.append(
+            Check(
+                f"arch[{index}]",
+                PASS if entry else FAIL,
+                "{} {} runs {}".format(gpu_rows[-1]["name"], arch_name(capability), entry)
+                if entry
+                else describe_no_kernel(capability, arch_list),
+            )
+        )
+
+    # One GPU is enough for TF: Keras places the fit on one device anyway.
+    name = "train_mixed_float16[0]"
+    try:
+        with _NativeStderr() as native:
+            losses = train_tensorflow(tf, "/GPU:0", steps)
+    except Exception as error:  # TF raises many types (InternalError, NotFoundError, ...)
+        sys.stderr.write(native.text)
+        text = str(error) + " " + native.text
+        kind = classify_cuda_error(text)
+        if kind == DRIVER_TOO_OLD:
+            detail = describe_driver_too_old(versions["cuda"], exp.min_driver, driver)
+        elif kind == NO_KERNEL and gpu_rows[0]["capability"]:
+            capability = tuple(int(p) for p in gpu_rows[0]["capability"].split("."))
+            detail = describe_no_kernel((capability[0], capability[1]), arch_list or [])
+        else:
+            detail = first_line(str(error))
+        checks.append(Check(name, FAIL, detail))
+        return Probe(checks, gpu_rows, versions, True)
+    checks.append(
+        Check(
+            name,
+            PASS if loss_decreased(losses) else FAIL,
+            ("" if loss_decreased(losses) else "loss did not decrease: ") + describe_losses(losses),
+        )
+    )
+    return Probe(checks, gpu_rows, versions, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line.
+# ---------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dl-smoke",
+        description="GPU smoke test: versions, arch coverage and a short mixed-precision "
+        "training step. Exit 0 passed, 1 failed, 2 usage error, 77 no GPU.",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--framework",
+        choices=("auto", "pytorch", "tensorflow"),
+        default="auto",
+        help="framework to test (default: the cell's, else whichever imports, PyTorch first)",
+    )
+    parser.add_argument("--steps", type=int, default=20, help="training steps (default 20, at least 6)")
+    parser.add_argument("--expect-cuda", metavar="X.Y", help="CUDA version the build must have")
+    parser.add_argument("--expect-cudnn", metavar="VER", help="cuDNN version, compared by major.minor")
+    parser.add_argument(
+        "--expect-framework-version", metavar="V", help="framework version (prefix match: 2.11 matches 2.11.0+cu130)"
+    )
+    parser.add_argument(
+        "--cell-file",
+        metavar="PATH",
+        help=f"JSON cell file with expectations (default {DEFAULT_CELL_FILE} if it exists)",
+    )
+    return parser
+
+
+def load_cell(path: str | None) -> dict[str, Any]:
+    """An explicit path must exist; the default path is optional."""
+    if path is None:
+        if not os.path.exists(DEFAULT_CELL_FILE):
+            return {}
+        path = DEFAULT_CELL_FILE
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except OSError as error:
+        raise UsageError(f"cannot read cell file {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise UsageError(f"cell file {path} is not valid JSON: {error}") from None
+    return validate_cell(data, path)
+
+
+def import_framework(name: str) -> tuple[ModuleType | None, str]:
+    """(module, "") or (None, why it did not import)."""
+    if name == "tensorflow":
+        # TF's C++ start-up chatter would bury the summary; errors still get through.
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        module = __import__("torch" if name == "pytorch" else "tensorflow")
+    except Exception as error:  # a broken install raises OSError etc., not only ImportError
+        return None, f"{type(error).__name__}: {first_line(str(error))}"
+    return module, ""
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.steps < 6:
+        raise UsageError("--steps must be at least 6 (the loss check compares 3 vs 3 steps)")
+    exp = resolve_expectations(load_cell(args.cell_file), args)
+    candidates = choose_framework(args.framework, exp.framework)
+    failures = []
+    for name in candidates:
+        module, why = import_framework(name)
+        if module is None:
+            failures.append(f"{name} ({why})")
+            continue
+        driver = read_driver_version()
+        probe_fn = probe_torch if name == "pytorch" else probe_tensorflow
+        probe = probe_fn(module, exp, args.steps, driver)
+        checks = common_checks(exp, driver) + probe.checks
+        if exp.framework is not None and exp.framework != name:
+            checks.append(Check("framework", FAIL, f"cell expects {exp.framework}, testing {name}"))
+        return build_report(name, probe, checks)
+    raise UsageError("cannot import {}".format("; ".join(failures)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        report = run(args)
+    except UsageError as error:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write(f"dl-smoke: error: {error}\n")
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=False))
+    else:
+        print(render_human(report))
+    return int(report["exit_code"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
