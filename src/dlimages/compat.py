@@ -64,7 +64,7 @@ def judge(matrix: Matrix, candidate: Candidate) -> list[Reason]:
             Reason(
                 "python-wheel",
                 f"{title} has wheels for Python {', '.join(release.python)}, not {candidate.python}",
-                release.source,
+                release.python_source or release.source,
             )
         )
     if variant is not None:

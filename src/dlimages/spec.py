@@ -105,7 +105,8 @@ class Variant(Model):
 
 class Release(Model):
     python: list[Version] = Field(min_length=1)
-    source: Url
+    source: Url  # where the published CUDA builds and their install commands are listed
+    python_source: Url | None = None  # where the supported Python versions are listed, if elsewhere
     variants: dict[Version, Variant] = Field(min_length=1)
     companions: dict[Name, Version] = Field(default_factory=dict)
 

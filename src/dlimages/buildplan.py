@@ -1,0 +1,77 @@
+"""The exact docker commands that build and tag one cell: pure data, so a dry run shows the real thing."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlimages.cells import Cell
+from dlimages.mirrors import MirrorArgs
+from dlimages.render import IMAGES_DIR
+
+CA_BUNDLE_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Files that enter the build as BuildKit secrets: never a layer, label, log line or history entry."""
+
+    pip_ca: Path | None = None
+    netrc: Path | None = None
+
+    def argv(self) -> list[str]:
+        args: list[str] = []
+        for name, path in (("pip_ca", self.pip_ca), ("netrc", self.netrc)):
+            if path is not None:
+                args += ["--secret", f"id={name},src={path}"]
+        return args
+
+
+def default_ca_bundle() -> Path | None:
+    """The CA bundle pip in the build should trust: the one this host's tools are told to use, if any."""
+    for variable in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        value = os.environ.get(variable)
+        if value and Path(value).is_file():
+            return Path(value)
+    return next((Path(p) for p in CA_BUNDLE_CANDIDATES if Path(p).is_file()), None)
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    cell: Cell
+    build: list[str]
+    iidfile: Path
+    mirror: MirrorArgs
+
+    def tag_commands(self, image_id: str) -> list[list[str]]:
+        return [["docker", "tag", image_id, ref] for ref in self.cell.refs]
+
+    def describe(self) -> str:
+        lines = [f"# {self.cell.image}:{self.cell.immutable_tag}"]
+        lines += [f"# note: {note}" for note in self.mirror.notes]
+        lines.append(shlex.join(self.build))
+        image_id = f'"$(cat {shlex.quote(str(self.iidfile))})"'
+        lines += [f"docker tag {image_id} {shlex.quote(ref)}" for ref in self.cell.refs]
+        return "\n".join(lines)
+
+
+def plan_build(
+    cell: Cell,
+    mirror: MirrorArgs,
+    secrets: Secrets,
+    *,
+    base_image: str | None = None,
+    iidfile: Path,
+    revision: str = "unknown",
+    progress: str = "plain",
+) -> BuildPlan:
+    """Build without tags into an image ID; tags are applied only once the build has succeeded."""
+    args = {"BASE_IMAGE": base_image or cell.base_image, "REVISION": revision, **mirror.build_args()}
+    argv = ["docker", "buildx", "build", f"--progress={progress}", "--load", "--file", cell.dockerfile]
+    for name, value in args.items():
+        argv += ["--build-arg", f"{name}={value}"]
+    argv += secrets.argv()
+    argv += ["--iidfile", str(iidfile), IMAGES_DIR]
+    return BuildPlan(cell, argv, iidfile, mirror)
