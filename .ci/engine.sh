@@ -30,6 +30,7 @@ engine_answers() { docker info >/dev/null 2>&1; }
 # Kept in sync with scripts/make-base.sh.
 host_debian_mirror() {
     local codename
+    # shellcheck source=/dev/null
     codename="$(. /etc/os-release && printf '%s' "${VERSION_CODENAME:?}")"
     local -a files=()
     local f
