@@ -1,0 +1,111 @@
+"""Build plans: the exact docker argv for one cell, secrets passed by path only, tags applied after success."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlimages.buildplan import BuildPlan, Secrets, plan_build
+from dlimages.cells import Cell
+from dlimages.mirrors import resolve
+from dlimages.spec import Matrix
+
+CellLookup = Callable[[str, str], Cell]
+CA_CONTENT = "-----BEGIN CERTIFICATE-----\nMIIBsecretCAcontent\n-----END CERTIFICATE-----\n"
+
+
+@pytest.fixture
+def ca_bundle(tmp_path: Path) -> Path:
+    path = tmp_path / "corp-ca.pem"
+    path.write_text(CA_CONTENT, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def plan(matrix: Matrix, cell: CellLookup, ca_bundle: Path, tmp_path: Path) -> BuildPlan:
+    torch = cell("pytorch", "cuda11.8-torch2.1.2-py3.10-runtime")
+    return plan_build(
+        torch,
+        resolve(matrix, "aliyun", torch),
+        Secrets(pip_ca=ca_bundle, netrc=tmp_path / "netrc"),
+        iidfile=tmp_path / "build.iid",
+        revision="abc1234",
+    )
+
+
+def _build_args(argv: list[str]) -> dict[str, str]:
+    values = [argv[i + 1] for i, word in enumerate(argv) if word == "--build-arg"]
+    return dict(value.split("=", 1) for value in values)
+
+
+def test_argv_is_a_buildx_build_of_the_cells_dockerfile(plan: BuildPlan, tmp_path: Path) -> None:
+    argv = plan.build
+    assert argv[:3] == ["docker", "buildx", "build"]
+    assert argv[argv.index("--file") + 1] == "images/pytorch/cuda11.8-torch2.1.2-py3.10-runtime/Dockerfile"
+    assert argv[argv.index("--iidfile") + 1] == str(tmp_path / "build.iid")
+    assert "--load" in argv
+    assert argv[-1] == "images"  # the build context holds the assets and cell.json the Dockerfile copies
+
+
+def test_argv_never_tags(plan: BuildPlan) -> None:
+    # Tags are applied to the image ID only after the build succeeded, so a failed build moves no tag.
+    assert not {"-t", "--tag"} & set(plan.build)
+    assert not [word for word in plan.build if word.startswith(("--tag=", "-t="))]
+
+
+def test_argv_passes_the_build_args(plan: BuildPlan) -> None:
+    assert _build_args(plan.build) == {
+        "BASE_IMAGE": "ubuntu:22.04",
+        "REVISION": "abc1234",
+        "MIRROR_PROFILE": "aliyun",
+        "APT_MIRROR": "http://mirrors.aliyun.com/ubuntu/",
+        "PIP_INDEX_URL": "https://mirrors.aliyun.com/pypi/simple/",
+        "TORCH_INDEX_URL": "",
+        "TORCH_FIND_LINKS": "https://mirrors.aliyun.com/pytorch-wheels/cu118/",
+    }
+
+
+def test_base_image_can_be_overridden(matrix: Matrix, cell: CellLookup, tmp_path: Path) -> None:
+    tf = cell("tensorflow", "cuda11.0-tf2.4.4-py3.8-devel")
+    default = plan_build(tf, resolve(matrix, "none", tf), Secrets(), iidfile=tmp_path / "iid")
+    assert _build_args(default.build)["BASE_IMAGE"] == "nvidia/cuda:11.0.3-cudnn8-devel-ubuntu20.04"
+    pinned = "nvidia/cuda:11.0.3-cudnn8-devel-ubuntu20.04@sha256:" + "0" * 64
+    override = plan_build(tf, resolve(matrix, "none", tf), Secrets(), base_image=pinned, iidfile=tmp_path / "iid")
+    assert _build_args(override.build)["BASE_IMAGE"] == pinned
+    assert "--secret" not in override.build
+
+
+def test_secrets_are_passed_by_path_never_by_content(plan: BuildPlan, ca_bundle: Path, tmp_path: Path) -> None:
+    argv = plan.build
+    secrets = [argv[i + 1] for i, word in enumerate(argv) if word == "--secret"]
+    assert secrets == [f"id=pip_ca,src={ca_bundle}", f"id=netrc,src={tmp_path / 'netrc'}"]
+    for text in (" ".join(argv), plan.describe()):
+        assert "MIIBsecretCAcontent" not in text
+        assert "BEGIN CERTIFICATE" not in text
+
+
+def test_describe_shows_the_build_and_a_tag_command_per_ref(plan: BuildPlan, tmp_path: Path) -> None:
+    lines = plan.describe().splitlines()
+    assert lines[0] == "# lab/pytorch-universal-dev:v1.0-cuda11.8-torch2.1.2-py3.10-runtime"
+    assert shlex.split(lines[1]) == plan.build
+    image_id = f'"$(cat {tmp_path / "build.iid"})"'
+    assert lines[2:] == [
+        f"docker tag {image_id} lab/pytorch-universal-dev:v1.0-cuda11.8-torch2.1.2-py3.10-runtime",
+        f"docker tag {image_id} lab/pytorch-universal-dev:v1.0",
+    ]
+
+
+def test_describe_shows_the_mirror_notes(matrix: Matrix, cell: CellLookup, tmp_path: Path) -> None:
+    torch = cell("pytorch", "cuda11.8-torch2.1.2-py3.10-runtime")
+    text = plan_build(torch, resolve(matrix, "tuna", torch), Secrets(), iidfile=tmp_path / "iid").describe()
+    assert "# note: tuna does not mirror PyTorch's cu118 wheels;" in text
+
+
+def test_tag_commands_cover_every_ref(plan: BuildPlan) -> None:
+    assert plan.tag_commands("sha256:1234") == [
+        ["docker", "tag", "sha256:1234", "lab/pytorch-universal-dev:v1.0-cuda11.8-torch2.1.2-py3.10-runtime"],
+        ["docker", "tag", "sha256:1234", "lab/pytorch-universal-dev:v1.0"],
+    ]
