@@ -1,8 +1,8 @@
 """Invoke tasks: thin glue over the dlimages package (parse flags, call the package, print).
 
-    invoke matrix [--json] [--explain]     the valid cells, or why combinations were excluded
-    invoke render [--check]                write images/ from matrix.yaml + templates/, or verify it
-    invoke build --cuda 11.8 --torch 2.1 [--dry-run]
+invoke matrix [--json] [--explain]     the valid cells, or why combinations were excluded
+invoke render [--check]                write images/ from matrix.yaml + templates/, or verify it
+invoke build --cuda 11.8 --torch 2.1 [--dry-run]
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ def reports_input_errors(body: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _selection(cuda: str | None, torch: str | None, tf: str | None, python: str | None, flavor: str | None) -> Selection:
+def _selection(
+    cuda: str | None, torch: str | None, tf: str | None, python: str | None, flavor: str | None
+) -> Selection:
     if torch and tf:
         raise InputError([Problem("--torch/--tf", "choose one framework per build", "--torch X or --tf Y")])
     framework = "pytorch" if torch else "tensorflow" if tf else None
@@ -74,8 +76,10 @@ def matrix(c: Context, json_: bool = False, explain: bool = False) -> None:
         print(f"\n{len(expansion.cells)} valid cells, {len(expansion.excluded)} combinations excluded.")
     else:
         print(cells_table(expansion.cells))
-        print(f"\n{len(expansion.cells)} valid cells; `invoke matrix --explain` shows the {len(expansion.excluded)} excluded.")
-
+        print(
+            f"\n{len(expansion.cells)} valid cells; "
+            f"`invoke matrix --explain` shows the {len(expansion.excluded)} excluded."
+        )
 
 
 @task(help={"check": "do not write; fail if images/ is stale or hand-edited"})
@@ -122,7 +126,9 @@ def build(
     project = _project()
     want = _selection(cuda, torch, tf, python, flavor)
     cells = select(project.matrix, project.expansion, want)
-    secrets = Secrets(pip_ca=Path(ca_bundle) if ca_bundle else default_ca_bundle(), netrc=Path(netrc) if netrc else None)
+    secrets = Secrets(
+        pip_ca=Path(ca_bundle) if ca_bundle else default_ca_bundle(), netrc=Path(netrc) if netrc else None
+    )
     problems = [
         Problem(flag, f"no such file: {path}")
         for flag, path in (("--ca-bundle", secrets.pip_ca), ("--netrc", secrets.netrc))

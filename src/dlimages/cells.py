@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Iterable, Sequence
@@ -60,7 +61,9 @@ class Cell:
     @property
     def slug(self) -> str:
         """Every axis in one path- and tag-safe word, e.g. cuda11.8-torch2.1.2-py3.10-runtime."""
-        return f"cuda{self.cuda}-{FRAMEWORK_FLAGS[self.framework]}{self.framework_version}-py{self.python}-{self.flavor}"
+        return (
+            f"cuda{self.cuda}-{FRAMEWORK_FLAGS[self.framework]}{self.framework_version}-py{self.python}-{self.flavor}"
+        )
 
     @property
     def immutable_tag(self) -> str:
@@ -164,7 +167,7 @@ def _make_cell(matrix: Matrix, c: Candidate) -> Cell:
     pins = dict(matrix.packages.default)
     pins.update(matrix.packages.overrides.get(f"{framework.package}=={c.version}", {}))
     return Cell(
-        image=matrix.images[c.framework].name,  # type: ignore[index]
+        image=matrix.images[c.framework].name,
         release=matrix.release,
         framework=c.framework,
         framework_version=c.version,
@@ -190,15 +193,15 @@ def _make_cell(matrix: Matrix, c: Candidate) -> Cell:
 
 
 def _install(package: str, version: str, cuda: str, companions: dict[str, str], variant: Variant) -> FrameworkInstall:
-    if variant.cuda_libs == "system" or variant.pypi_default:
+    extras = f"[{','.join(variant.extras)}]" if variant.extras else ""
+    if not (variant.index_url or variant.find_links) or variant.pypi_default:
         # PyPI's own wheel is this CUDA build: no extra index, no local version tag.
-        extras = f"[{','.join(variant.extras)}]" if variant.extras else ""
         requirements = (f"{package}{extras}=={version}", *(f"{n}=={v}" for n, v in sorted(companions.items())))
         return FrameworkInstall(requirements, None, None, None)
     local = variant.local_version or ""
-    # torchaudio before 2.0 has no local version tag on PyTorch's index.
     requirements = (
-        f"{package}=={version}{local}",
+        f"{package}{extras}=={version}{local}",
+        # torchaudio before 2.0 has no local version tag on PyTorch's index.
         *(f"{n}=={v}{local if _has_local_build(n, v) else ''}" for n, v in sorted(companions.items())),
     )
     tag = local.lstrip("+") or f"cu{cuda.replace('.', '')}"
@@ -250,15 +253,18 @@ def _with_aliases(matrix: Matrix, cells: list[Cell]) -> list[Cell]:
                 )
                 continue
             aliases.setdefault(id(found[0]), []).append(tag)
-    result = [
-        Cell(**{**cell.__dict__, "aliases": tuple(aliases.get(id(cell), ()))}) for cell in cells  # type: ignore[arg-type]
-    ]
+    result = [dataclasses.replace(cell, aliases=tuple(aliases.get(id(cell), ()))) for cell in cells]
     seen: dict[str, str] = {}
     for cell in result:
-        for ref in cell.refs:
-            if ref in seen:
-                problems.append(Problem(f"{MATRIX_FILE}: images", f"tag {ref} is given to two cells: {seen[ref]} and {cell.slug}"))
-            seen[ref] = cell.slug
+        for image_ref in cell.refs:
+            if image_ref in seen:
+                problems.append(
+                    Problem(
+                        f"{MATRIX_FILE}: images",
+                        f"tag {image_ref} is given to two cells: {seen[image_ref]} and {cell.slug}",
+                    )
+                )
+            seen[image_ref] = cell.slug
     if problems:
         raise InputError(problems)
     return result
@@ -312,7 +318,7 @@ def _apply_defaults(matrix: Matrix, cells: list[Cell], want: Selection) -> list[
         groups.setdefault((cell.framework, cell.framework_version, cell.cuda), []).append(cell)
     chosen: list[Cell] = []
     for (framework, _, _), group in groups.items():
-        default = matrix.images[framework].default  # type: ignore[index]
+        default = matrix.images[framework].default
         if want.flavor is None:
             flavors = {c.flavor for c in group}
             flavor = default.flavor if default.flavor in flavors else sorted(flavors)[0]
@@ -331,12 +337,14 @@ def _check_flags(matrix: Matrix, want: Selection) -> None:
     if want.cuda is not None and want.cuda not in matrix.axes.cuda:
         problems.append(Problem("--cuda", f"unknown CUDA version {want.cuda!r}", allowed_list(matrix.axes.cuda)))
     if want.python is not None and want.python not in matrix.axes.python:
-        problems.append(Problem("--python", f"unknown Python version {want.python!r}", allowed_list(matrix.axes.python)))
+        problems.append(
+            Problem("--python", f"unknown Python version {want.python!r}", allowed_list(matrix.axes.python))
+        )
     if want.flavor is not None and want.flavor not in matrix.axes.flavor:
         problems.append(Problem("--flavor", f"unknown flavor {want.flavor!r}", allowed_list(matrix.axes.flavor)))
     if want.version is not None:
         frameworks = [want.framework] if want.framework else list(matrix.frameworks)
-        known = [v for fw in frameworks for v in matrix.frameworks[fw].releases]  # type: ignore[index]
+        known = [v for fw in frameworks for v in matrix.frameworks[fw].releases]
         flag = f"--{FRAMEWORK_FLAGS[want.framework]}" if want.framework else "--version"
         if not _is_version(want.version):
             problems.append(Problem(flag, f"{want.version!r} is not a version", f"e.g. {known[-1]}"))
@@ -365,7 +373,8 @@ def _impossible(matrix: Matrix, expansion: Expansion, want: Selection) -> Proble
             # Without --cuda, "not published for CUDA X" says nothing: other CUDA versions were tried too.
             reasons += [str(r) for r in ex.reasons if want.cuda is not None or r.rule != "cuda-build"]
     unique = list(dict.fromkeys(reasons))
-    nearest = nearest_cells(expansion.cells, want)
+    preferred = {fw: image.default.python for fw, image in matrix.images.items()}
+    nearest = nearest_cells(expansion.cells, want, preferred)
     message = "no valid cell matches this selection"
     if unique:
         message += ": " + "; ".join(unique[:4])
@@ -374,10 +383,14 @@ def _impossible(matrix: Matrix, expansion: Expansion, want: Selection) -> Proble
     return Problem(_flags_text(want), message)
 
 
-def nearest_cells(cells: Sequence[Cell], want: Selection, limit: int = 3) -> list[Cell]:
-    """Valid cells differing from the request in the fewest given flags, then by version distance."""
+def nearest_cells(
+    cells: Sequence[Cell], want: Selection, preferred_python: dict[str, str] | None = None, limit: int = 3
+) -> list[Cell]:
+    """Valid cells differing from the request in the fewest given flags, then by version distance,
+    then preferring the image's default Python."""
+    preferred = preferred_python or {}
 
-    def distance(cell: Cell) -> tuple[int, float]:
+    def distance(cell: Cell) -> tuple[int, float, bool]:
         misses = sum(
             1
             for given, actual in (
@@ -394,7 +407,7 @@ def nearest_cells(cells: Sequence[Cell], want: Selection, limit: int = 3) -> lis
             misses += 0 if _version_matches(cell.framework_version, want.version) else 1
             a, b = version_key(cell.framework_version), version_key(want.version)
             version_gap = abs((a[0] * 100 + (a[1] if len(a) > 1 else 0)) - (b[0] * 100 + (b[1] if len(b) > 1 else 0)))
-        return misses, version_gap
+        return misses, version_gap, cell.python != preferred.get(cell.framework)
 
     ranked = sorted(cells, key=distance)
     seen: set[str] = set()

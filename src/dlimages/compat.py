@@ -58,7 +58,9 @@ def judge(matrix: Matrix, candidate: Candidate) -> list[Reason]:
     variant = release.variants.get(candidate.cuda)
     if variant is None:
         published = ", ".join(sorted(release.variants, key=version_key))
-        reasons.append(Reason("cuda-build", f"{title} was published for CUDA {published}, not {candidate.cuda}", release.source))
+        reasons.append(
+            Reason("cuda-build", f"{title} was published for CUDA {published}, not {candidate.cuda}", release.source)
+        )
     if candidate.python not in release.python:
         reasons.append(
             Reason(
@@ -89,14 +91,16 @@ def _base_reasons(matrix: Matrix, candidate: Candidate, title: str, release: Rel
         return reasons
     images = nvidia.toolkits.get(candidate.cuda)
     if images is None:
-        reasons.append(Reason("base-image", f"{nvidia.repository} has no images for CUDA {candidate.cuda}", nvidia.source))
+        reasons.append(
+            Reason("base-image", f"{nvidia.repository} has no images for CUDA {candidate.cuda}", nvidia.source)
+        )
         return reasons
     if os_name not in images.os:
         reasons.append(
             Reason(
                 "base-image",
-                f"{title} uses the system's CUDA; {nvidia.repository} {matrix.cuda[candidate.cuda].toolkit} images exist "
-                f"for {', '.join(images.os)}, none with Python {candidate.python} ({os_name})",
+                f"{title} uses the system's CUDA; {nvidia.repository} {matrix.cuda[candidate.cuda].toolkit} "
+                f"images exist for {', '.join(images.os)}, none with Python {candidate.python} ({os_name})",
                 nvidia.source,
             )
         )
@@ -104,7 +108,8 @@ def _base_reasons(matrix: Matrix, candidate: Candidate, title: str, release: Rel
         reasons.append(
             Reason(
                 "cudnn",
-                f"{title} needs cuDNN {variant.cudnn}; {nvidia.repository} CUDA {candidate.cuda} images carry cuDNN {images.cudnn}",
+                f"{title} needs cuDNN {variant.cudnn}; {nvidia.repository} CUDA {candidate.cuda} images "
+                f"carry cuDNN {images.cudnn}",
                 release.source,
             )
         )

@@ -50,7 +50,9 @@ def resolve(matrix: Matrix, profile: str, cell: Cell, sources: Iterable[Path] = 
         return _host(cell, sources)
     spec = matrix.mirrors.get(profile)
     if spec is None:
-        raise InputError([Problem("--mirror", f"unknown mirror profile {profile!r}", allowed_list(profile_names(matrix)))])
+        raise InputError(
+            [Problem("--mirror", f"unknown mirror profile {profile!r}", allowed_list(profile_names(matrix)))]
+        )
     if profile == "none":
         return MirrorArgs(profile)
     notes: list[str] = []
@@ -86,9 +88,15 @@ def _host(cell: Cell, sources: Iterable[Path]) -> MirrorArgs:
     security = next((u for u in uris if u.rstrip("/").endswith("/debian-security")), None)
     if main is None:
         raise InputError(
-            [Problem("--mirror host", "no Debian mirror found in this host's apt sources", "a profile from matrix.yaml")]
+            [
+                Problem(
+                    "--mirror host", "no Debian mirror found in this host's apt sources", "a profile from matrix.yaml"
+                )
+            ]
         )
-    return MirrorArgs(HOST_PROFILE, apt=main, apt_security=security or main.rstrip("/") + "-security", notes=tuple(notes))
+    return MirrorArgs(
+        HOST_PROFILE, apt=main, apt_security=security or main.rstrip("/") + "-security", notes=tuple(notes)
+    )
 
 
 def host_apt_uris(sources: Iterable[Path] = APT_SOURCES) -> list[str]:

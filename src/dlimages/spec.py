@@ -8,7 +8,7 @@ from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dlimages.errors import InputError, Problem, allowed_list
 
@@ -137,17 +137,29 @@ class MirrorProfile(Model):
     source: Url | None = None
 
 
+FRAMEWORKS = ("pytorch", "tensorflow")
+
+
+def _framework_name(name: str) -> str:
+    if name not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {name!r} (allowed: {', '.join(FRAMEWORKS)})")
+    return name
+
+
+FrameworkName = Annotated[str, AfterValidator(_framework_name)]
+
+
 class Matrix(Model):
     schema_version: Annotated[int, Field(ge=1, le=1)]
     release: Annotated[str, Field(pattern=r"^v\d+(\.\d+)*$")]
-    images: dict[Literal["pytorch", "tensorflow"], ImageSpec]
+    images: dict[FrameworkName, ImageSpec]
     axes: Axes
     flavors: dict[Name, str]
     cuda: dict[Version, CudaToolkit]
     os: dict[Name, OsSpec]
     nvidia_cuda: NvidiaCuda
     arch_lists: dict[str, ArchList] = Field(default_factory=dict)
-    frameworks: dict[Literal["pytorch", "tensorflow"], Framework]
+    frameworks: dict[FrameworkName, Framework]
     partials: list[Name] = Field(min_length=1)
     packages: Packages
     mirrors: dict[Name, MirrorProfile]
@@ -156,7 +168,7 @@ class Matrix(Model):
     @classmethod
     def _has_none_profile(cls, value: dict[str, MirrorProfile]) -> dict[str, MirrorProfile]:
         if "none" not in value:
-            raise ValueError("a `none` profile (upstream defaults) is required")
+            raise ValueError("a `none` profile (upstream defaults) is required; found " + ", ".join(value))
         return value
 
 
@@ -167,16 +179,26 @@ class _VersionsAsText(yaml.SafeLoader):
     """
 
 
-for _first, _resolvers in list(_VersionsAsText.yaml_implicit_resolvers.items()):
-    _VersionsAsText.yaml_implicit_resolvers[_first] = [
-        (tag, regexp) for tag, regexp in _resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+# A copy of the resolver table: editing the inherited one would change every PyYAML loader in the process.
+_VersionsAsText.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
     ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def _construct_mapping(loader: _VersionsAsText, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    loader.flatten_mapping(node)  # resolve `<<: *anchor` merges before looking for duplicates
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key must be plain text, not a list or mapping", key_node.start_mark
+            ) from None
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark
@@ -235,8 +257,13 @@ def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
 
 def _problem_from_pydantic(error: Any, where_file: str) -> Problem:
     loc = tuple(error["loc"])
+    in_key = bool(loc) and loc[-1] == "[key]"  # pydantic's marker for a problem with a mapping's key
+    if in_key:
+        loc = loc[:-1]
     path = f"{where_file}: {_key_path(loc)}"
     kind = error["type"]
+    if in_key:
+        return Problem(path, f"the key {error['input']!r} is not well formed: {error['msg']}")
     if kind == "extra_forbidden":
         return Problem(path, "unknown key", allowed_list(_fields_at(loc)) or "no further keys")
     if kind == "missing":
@@ -246,8 +273,12 @@ def _problem_from_pydantic(error: Any, where_file: str) -> Problem:
         return Problem(path, f"{error['input']!r} is not well formed", f"text matching {pattern}")
     if kind == "literal_error":
         return Problem(path, f"{error['input']!r} is not allowed", str(error["ctx"]["expected"]))
+    if kind == "string_type" and isinstance(error["input"], bool):
+        return Problem(path, f"expected text, got the boolean {error['input']!r}", "quote it")
     if kind == "string_type" and isinstance(error["input"], (int, float)):
         return Problem(path, f"expected text, got the number {error['input']!r}", "quote it")
+    if kind == "value_error":
+        return Problem(path, str(error["msg"]).removeprefix("Value error, "))
     return Problem(path, f"{error['msg']} (got {error['input']!r})")
 
 
@@ -287,7 +318,9 @@ def cross_check(m: Matrix, f: str) -> list[Problem]:
     pythons = sorted({spec.python for spec in m.os.values()}, key=version_key)
     for i, cuda in enumerate(m.axes.cuda):
         if cuda not in m.cuda:
-            problems.append(Problem(f"{f}: axes.cuda[{i}]", f"CUDA {cuda} has no entry under `cuda:`", allowed_list(cudas)))
+            problems.append(
+                Problem(f"{f}: axes.cuda[{i}]", f"CUDA {cuda} has no entry under `cuda:`", allowed_list(cudas))
+            )
     for i, python in enumerate(m.axes.python):
         if python not in pythons:
             problems.append(
@@ -295,16 +328,28 @@ def cross_check(m: Matrix, f: str) -> list[Problem]:
             )
     for i, flavor in enumerate(m.axes.flavor):
         if flavor not in m.flavors:
-            problems.append(Problem(f"{f}: axes.flavor[{i}]", f"flavor {flavor!r} is not described under `flavors:`", allowed_list(m.flavors)))
+            problems.append(
+                Problem(
+                    f"{f}: axes.flavor[{i}]",
+                    f"flavor {flavor!r} is not described under `flavors:`",
+                    allowed_list(m.flavors),
+                )
+            )
     for key in set(m.images) ^ set(m.frameworks):
         section = "images" if key in m.images else "frameworks"
         problems.append(Problem(f"{f}: {section}.{key}", "every image needs a framework entry and vice versa"))
     for cuda, images in m.nvidia_cuda.toolkits.items():
         if cuda not in m.cuda:
-            problems.append(Problem(f'{f}: nvidia_cuda.toolkits."{cuda}"', f"unknown CUDA version {cuda}", allowed_list(cudas)))
+            problems.append(
+                Problem(f'{f}: nvidia_cuda.toolkits."{cuda}"', f"unknown CUDA version {cuda}", allowed_list(cudas))
+            )
         for i, os_name in enumerate(images.os):
             if os_name not in m.os:
-                problems.append(Problem(f'{f}: nvidia_cuda.toolkits."{cuda}".os[{i}]', f"unknown OS {os_name!r}", allowed_list(oses)))
+                problems.append(
+                    Problem(
+                        f'{f}: nvidia_cuda.toolkits."{cuda}".os[{i}]', f"unknown OS {os_name!r}", allowed_list(oses)
+                    )
+                )
     releases = {f"{fw.package}=={version}" for fw in m.frameworks.values() for version in fw.releases}
     for name, framework in m.frameworks.items():
         for version, release in framework.releases.items():
@@ -318,17 +363,25 @@ def cross_check(m: Matrix, f: str) -> list[Problem]:
                     problems.append(Problem(where, "give either `index_url` or `find_links`, not both"))
     for key, pins in m.packages.overrides.items():
         if key not in releases:
-            problems.append(Problem(f"{f}: packages.overrides.{key}", "names no framework release", allowed_list(sorted(releases))))
+            problems.append(
+                Problem(f"{f}: packages.overrides.{key}", "names no framework release", allowed_list(sorted(releases)))
+            )
         for package in pins:
             if package not in m.packages.default:
                 problems.append(
-                    Problem(f"{f}: packages.overrides.{key}.{package}", "overrides a package the default set does not have", allowed_list(m.packages.default))
+                    Problem(
+                        f"{f}: packages.overrides.{key}.{package}",
+                        "overrides a package the default set does not have",
+                        allowed_list(m.packages.default),
+                    )
                 )
     for name, profile in m.mirrors.items():
         if name == "none" and (profile.apt or profile.pypi or profile.pytorch_wheels):
             problems.append(Problem(f"{f}: mirrors.none", "the `none` profile must not set any mirror"))
         if profile.pytorch_wheels and "{variant}" not in profile.pytorch_wheels:
-            problems.append(Problem(f"{f}: mirrors.{name}.pytorch_wheels", "must contain the `{variant}` placeholder (e.g. cu118)"))
+            problems.append(
+                Problem(f"{f}: mirrors.{name}.pytorch_wheels", "must contain the `{variant}` placeholder (e.g. cu118)")
+            )
     return problems
 
 

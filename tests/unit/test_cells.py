@@ -209,12 +209,6 @@ def test_pypi_default_build_needs_no_extra_index(cell: CellLookup) -> None:
     assert (install.index_url, install.find_links, install.variant_tag) == (None, None, None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: cells._install only honours `extras` on the system/pypi_default path; TF 2.14.1 (cuda_libs: wheel, "
-    "not pypi_default) takes the PyTorch path, so it installs plain tensorflow==2.14.1 (no [and-cuda], so no CUDA "
-    "libraries on a plain ubuntu base) and gets a PyTorch variant_tag cu118",
-)
 def test_tensorflow_extras_are_installed_but_not_constrained(cell: CellLookup) -> None:
     install = cell("tensorflow", "cuda11.8-tf2.14.1-py3.10-runtime").install
     assert install.requirements == ("tensorflow[and-cuda]==2.14.1",)
@@ -426,8 +420,8 @@ def test_impossible_combination_names_the_reason_and_the_nearest_cells(matrix: M
     assert "PyTorch 2.1.2 was published for CUDA 11.8, 12.1, not 11.0 [cuda-build;" in text
     nearest = text.split("Nearest valid: ", 1)[1].split("; ")
     assert nearest == [
-        "--cuda 11.8 --torch 2.1.2 --python 3.8 --flavor runtime",
-        "--cuda 12.1 --torch 2.1.2 --python 3.8 --flavor runtime",
+        "--cuda 11.8 --torch 2.1.2 --python 3.10 --flavor runtime",
+        "--cuda 12.1 --torch 2.1.2 --python 3.10 --flavor runtime",
         "--cuda 11.0 --torch 1.7.1 --python 3.8 --flavor runtime",
     ]
 

@@ -167,11 +167,6 @@ def test_mirrors_say_they_do_not_carry_nvidias_apt_repository(matrix: Matrix, ce
     assert "TORCH_INDEX_URL" not in args.build_args()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: TF 2.14.1 gets a PyTorch variant_tag (cells._install), so mirrors.resolve says "
-    '"tuna does not mirror PyTorch\'s cu118 wheels; they come from upstream None" for a TensorFlow cell',
-)
 def test_tensorflow_wheel_cell_gets_no_pytorch_mirror_advice(matrix: Matrix, cell: CellLookup) -> None:
     tf = cell("tensorflow", "cuda11.8-tf2.14.1-py3.10-runtime")
     assert resolve(matrix, "tuna", tf).notes == ()
