@@ -9,6 +9,11 @@
 #   --include  extra packages, comma-separated (default none: Dockerfiles apt-get install
 #              what they need from the same mirror, so the base stays one small layer)
 #   --check    build the tarball twice and fail unless both are byte-identical
+#   --mirror   Debian mirror URL to bootstrap from (default: read from the host's apt sources);
+#              the security mirror is then URL-security unless --security-mirror is given
+#
+# Whatever mirror bootstraps it, the image's own apt sources are Debian's defaults (deb.debian.org,
+# as in the official debian image), so that a `none` mirror profile means upstream defaults.
 #
 # The mirror is read from the host's apt configuration at run time and never written here.
 # The tarball is only reproducible while the mirror serves the same package versions: a
@@ -21,6 +26,8 @@ out=.work/base
 epoch=1747699200
 include=""
 check=0
+mirror=""
+security=""
 while (($#)); do
     case "$1" in
         --tag) tag="${2:?--tag needs a value}"; shift 2 ;;
@@ -28,6 +35,8 @@ while (($#)); do
         --epoch) epoch="${2:?--epoch needs a value}"; shift 2 ;;
         --include) include="${2:?--include needs a value}"; shift 2 ;;
         --check) check=1; shift ;;
+        --mirror) mirror="${2:?--mirror needs a URL}"; shift 2 ;;
+        --security-mirror) security="${2:?--security-mirror needs a URL}"; shift 2 ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) printf 'make-base.sh: unknown argument %q (try --help)\n' "$1" >&2; exit 2 ;;
     esac
@@ -86,8 +95,14 @@ apt_uri_for_suite() {
 }
 
 readonly suite=bookworm
-mirror="$(apt_uri_for_suite "$suite")" || die "no '$suite' source in the host's apt configuration"
-security="$(apt_uri_for_suite "$suite-security")" || security=""
+if [[ -n "$mirror" ]]; then
+    [[ "$mirror" =~ ^https?://[^[:space:]]+$ ]] || die "--mirror must be an http(s) URL, got '$mirror'"
+    mirror="${mirror%/}"
+    [[ -n "$security" ]] || security="$mirror-security"
+else
+    mirror="$(apt_uri_for_suite "$suite")" || die "no '$suite' source in the host's apt configuration (give --mirror URL)"
+    [[ -n "$security" ]] || security="$(apt_uri_for_suite "$suite-security")" || security=""
+fi
 log "mirror: $mirror${security:+, security: $security}"
 
 sources=("deb $mirror $suite main" "deb $mirror $suite-updates main")
@@ -100,6 +115,7 @@ tarball="$out/debian12-minbase.tar"
 # slim images do; copyright files stay for licence compliance. Merged /usr is set up the
 # debootstrap way (symlinks + usr-is-merged): without the hook apt satisfies
 # init-system-helpers with usrmerge, which pulls in full perl (+40 MB).
+# shellcheck disable=SC2016 # mmdebstrap expands $1 in its hooks, not this shell
 build_tarball() {
     local dest="$1"
     local -a args=(
@@ -111,6 +127,10 @@ build_tarball() {
         --dpkgopt='path-exclude=/usr/share/locale/*'
         --dpkgopt='path-exclude=/usr/share/info/*'
         --aptopt='Acquire::Languages "none"'
+        # The image keeps Debian's default sources, not the mirror it was bootstrapped from ($1 is
+        # the hook's root directory, expanded by mmdebstrap).
+        --customize-hook='rm -f "$1/etc/apt/sources.list"'
+        --customize-hook='printf "%s\n" "Types: deb" "URIs: http://deb.debian.org/debian" "Suites: bookworm bookworm-updates" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" "" "Types: deb" "URIs: http://deb.debian.org/debian-security" "Suites: bookworm-security" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$1/etc/apt/sources.list.d/debian.sources"'
     )
     [[ -n "$include" ]] && args+=(--include="$include")
     local start=$SECONDS

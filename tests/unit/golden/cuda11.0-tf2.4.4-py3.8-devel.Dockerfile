@@ -45,7 +45,9 @@ RUN useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev \
 USER 1000:1000
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH}
-RUN python3 -m venv /opt/venv \
+RUN --mount=type=secret,id=pip_ca,uid=1000 \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+ && python3 -m venv /opt/venv \
  && /opt/venv/bin/python -m pip install --no-cache-dir pip==24.3.1
 # TensorFlow 2.4.4 uses CUDA 11.0.3 and cuDNN 8.0.5 from the base image.
 # Secrets (never stored in a layer): pip_ca, an extra CA bundle for TLS-intercepting proxies; netrc,
@@ -54,15 +56,29 @@ RUN --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
     --mount=type=secret,id=pip_ca,uid=1000 \
     --mount=type=secret,id=netrc,target=/home/dev/.netrc,uid=1000 \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
- && pip install \
+ && printf '%s\n' \
         "tensorflow==2.4.4" \
- && printf '%s\n' "tensorflow==2.4.4" > /opt/venv/framework-constraints.txt
-# The preinstalled package set, pinned; the framework's own pins are held fixed by the constraints file.
+        "ipykernel==6.26.0" \
+        "jupyterlab==4.0.9" \
+        "matplotlib==3.4.3" \
+        "numpy==1.19.5" \
+        "opencv-python-headless==4.5.4.60" \
+        "pandas==1.3.5" \
+        "pillow==10.0.1" \
+        "pyyaml==6.0.1" \
+        "requests==2.31.0" \
+        "scipy==1.6.3" \
+        "tqdm==4.66.1" \
+        > /opt/venv/constraints.txt \
+ && pip install --constraint /opt/venv/constraints.txt \
+        "tensorflow==2.4.4"
+# The preinstalled package set, pinned; the constraints file (framework and package pins) keeps the
+# framework from moving and users can reuse it: pip install -c /opt/venv/constraints.txt ...
 RUN --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
     --mount=type=secret,id=pip_ca,uid=1000 \
     --mount=type=secret,id=netrc,target=/home/dev/.netrc,uid=1000 \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
- && pip install --constraint /opt/venv/framework-constraints.txt \
+ && pip install --constraint /opt/venv/constraints.txt \
         "ipykernel==6.26.0" \
         "jupyterlab==4.0.9" \
         "matplotlib==3.4.3" \

@@ -47,7 +47,9 @@ RUN useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev \
 USER 1000:1000
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH}
-RUN python3 -m venv /opt/venv \
+RUN --mount=type=secret,id=pip_ca,uid=1000 \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+ && python3 -m venv /opt/venv \
  && /opt/venv/bin/python -m pip install --no-cache-dir pip==24.3.1
 # PyTorch 2.1.2 brings CUDA 11.8 and cuDNN 8.7.0 in its wheels; the base has no CUDA libraries.
 # The CUDA build lives on PyTorch's own wheel index; a mirror profile may replace it with find-links.
@@ -61,17 +63,33 @@ RUN --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
  && if [ -n "${TORCH_FIND_LINKS}" ]; then export PIP_FIND_LINKS="${TORCH_FIND_LINKS}"; fi \
  && if [ -n "${TORCH_INDEX_URL}" ]; then export PIP_EXTRA_INDEX_URL="${TORCH_INDEX_URL}"; fi \
- && pip install \
+ && printf '%s\n' \
         "torch==2.1.2+cu118" \
         "torchaudio==2.1.2+cu118" \
         "torchvision==0.16.2+cu118" \
- && printf '%s\n' "torch==2.1.2+cu118" "torchaudio==2.1.2+cu118" "torchvision==0.16.2+cu118" > /opt/venv/framework-constraints.txt
-# The preinstalled package set, pinned; the framework's own pins are held fixed by the constraints file.
+        "ipykernel==6.26.0" \
+        "jupyterlab==4.0.9" \
+        "matplotlib==3.7.3" \
+        "numpy==1.24.4" \
+        "opencv-python-headless==4.8.1.78" \
+        "pandas==2.0.3" \
+        "pillow==10.0.1" \
+        "pyyaml==6.0.1" \
+        "requests==2.31.0" \
+        "scipy==1.10.1" \
+        "tqdm==4.66.1" \
+        > /opt/venv/constraints.txt \
+ && pip install --constraint /opt/venv/constraints.txt \
+        "torch==2.1.2+cu118" \
+        "torchaudio==2.1.2+cu118" \
+        "torchvision==0.16.2+cu118"
+# The preinstalled package set, pinned; the constraints file (framework and package pins) keeps the
+# framework from moving and users can reuse it: pip install -c /opt/venv/constraints.txt ...
 RUN --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
     --mount=type=secret,id=pip_ca,uid=1000 \
     --mount=type=secret,id=netrc,target=/home/dev/.netrc,uid=1000 \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
- && pip install --constraint /opt/venv/framework-constraints.txt \
+ && pip install --constraint /opt/venv/constraints.txt \
         "ipykernel==6.26.0" \
         "jupyterlab==4.0.9" \
         "matplotlib==3.7.3" \

@@ -1,0 +1,139 @@
+"""Run build plans against the Docker engine: stream progress, tag only on success, explain failures."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from dlimages.buildplan import BuildPlan
+from dlimages.cells import Cell
+
+# What a failed build printed, mapped to what the person should do about it.
+KNOWN_FAILURES: tuple[tuple[str, str], ...] = (
+    ("no space left on device", "the disk is full: free space (`docker builder prune`, `docker image prune`) and rerun"),
+    ("No matching distribution found for", "a pinned package version does not exist on the index: check matrix.yaml pins"),
+    ("Could not find a version that satisfies", "a pinned package version does not exist on the index: check pins"),
+    ("CERTIFICATE_VERIFY_FAILED", "TLS verification failed: behind an intercepting proxy, pass its CA with --ca-bundle"),
+    ("Cannot connect to the Docker daemon", "the Docker engine is not reachable: start it (e.g. `bash .ci/engine.sh`)"),
+    ("pull access denied", "the base image is not available locally and cannot be pulled: make it (`invoke base`)"),
+    ("failed to resolve source metadata", "the base image cannot be pulled here: make or load it locally first"),
+    ("Temporary failure resolving", "a package mirror is not reachable: choose another --mirror profile"),
+    ("Unable to locate package", "an apt package is missing from this OS release or mirror"),
+)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    cell: Cell
+    ok: bool
+    seconds: float
+    image_id: str | None = None
+    size: int | None = None
+    error: str | None = None
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return self.cell.refs if self.ok else ()
+
+
+def explain_failure(output: Sequence[str]) -> str:
+    text = "\n".join(output)
+    for needle, advice in KNOWN_FAILURES:
+        if needle in text:
+            return advice
+    last = next((line.strip() for line in reversed(output) if line.strip()), "no output")
+    return f"the build failed: {last[:300]}"
+
+
+def engine_problem(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> str | None:
+    """None when a Docker engine with BuildKit (buildx) answers, else what is wrong and what to do."""
+    try:
+        info = run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        return "the docker CLI is not installed"
+    except subprocess.TimeoutExpired:
+        return "the Docker engine did not answer within 30 s"
+    if info.returncode != 0:
+        return "the Docker engine is not reachable (is dockerd running? `bash .ci/engine.sh` installs and starts one)"
+    buildx = run(["docker", "buildx", "version"], capture_output=True, text=True, timeout=30)
+    if buildx.returncode != 0:
+        return "the docker buildx plugin is missing (`bash .ci/engine.sh` installs it)"
+    return None
+
+
+def image_exists(ref: str) -> bool:
+    result = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, text=True, timeout=60)
+    return result.returncode == 0
+
+
+def _stream(argv: list[str], cwd: Path, out: TextIO, tail: collections.deque[str]) -> int:
+    with subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                out.write(line)
+                tail.append(line.rstrip("\n"))
+            return proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait(timeout=30)
+            raise
+
+
+def run_build(plan: BuildPlan, root: Path, out: TextIO = sys.stdout) -> BuildResult:
+    """Build one cell into an image ID, then apply its tags: a failed or interrupted build tags nothing."""
+    plan.iidfile.parent.mkdir(parents=True, exist_ok=True)
+    plan.iidfile.unlink(missing_ok=True)
+    tail: collections.deque[str] = collections.deque(maxlen=400)
+    start = time.monotonic()
+    code = _stream(plan.build, root, out, tail)
+    seconds = time.monotonic() - start
+    if code != 0 or not plan.iidfile.is_file():
+        return BuildResult(plan.cell, False, seconds, error=explain_failure(list(tail)))
+    image_id = plan.iidfile.read_text().strip()
+    for command in plan.tag_commands(image_id):
+        tagged = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        if tagged.returncode != 0:
+            return BuildResult(plan.cell, False, seconds, image_id, error=f"tagging failed: {tagged.stderr.strip()}")
+    size = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Size}}", image_id], capture_output=True, text=True, timeout=60
+    )
+    return BuildResult(plan.cell, True, seconds, image_id, int(size.stdout.strip() or 0))
+
+
+def run_builds(plans: Sequence[BuildPlan], root: Path, *, keep_going: bool, out: TextIO = sys.stdout) -> list[BuildResult]:
+    results: list[BuildResult] = []
+    for plan in plans:
+        print(f"\n=== building {plan.cell.image}:{plan.cell.immutable_tag}", file=out, flush=True)
+        for note in plan.mirror.notes:
+            print(f"note: {note}", file=out)
+        result = run_build(plan, root, out)
+        results.append(result)
+        if not result.ok:
+            print(f"FAILED {plan.cell.slug}: {result.error}", file=out, flush=True)
+            if not keep_going:
+                break
+    return results
+
+
+def summary_table(results: Sequence[BuildResult], skipped: Sequence[Cell] = ()) -> str:
+    from dlimages.tables import format_table
+
+    rows = [
+        [
+            r.cell.slug,
+            ", ".join(r.cell.tags),
+            "ok" if r.ok else f"FAILED: {r.error}",
+            f"{r.seconds:.0f}s",
+            f"{r.size / 1e9:.2f} GB" if r.size else "-",
+        ]
+        for r in results
+    ]
+    rows += [[c.slug, ", ".join(c.tags), "not built (an earlier build failed)", "-", "-"] for c in skipped]
+    return format_table(["cell", "tags", "result", "duration", "size"], rows)
