@@ -163,7 +163,9 @@ def build(
     try:
         results = run_builds(plans, project_root, keep_going=keep_going)
     except KeyboardInterrupt:
-        raise Exit("interrupted: the cell being built was not tagged; earlier cells keep their tags", code=130) from None
+        raise Exit(
+            "interrupted: the cell being built was not tagged; earlier cells keep their tags", code=130
+        ) from None
     built = {r.cell.slug for r in results}
     print("\n" + summary_table(results, [cell for cell in cells if cell.slug not in built]))
     _record_builds(project_root, [{"cell": r.cell.slug, "refs": list(r.cell.refs), "ok": r.ok} for r in results])

@@ -16,10 +16,19 @@ from dlimages.cells import Cell
 
 # What a failed build printed, mapped to what the person should do about it.
 KNOWN_FAILURES: tuple[tuple[str, str], ...] = (
-    ("no space left on device", "the disk is full: free space (`docker builder prune`, `docker image prune`) and rerun"),
-    ("No matching distribution found for", "a pinned package version does not exist on the index: check matrix.yaml pins"),
+    (
+        "no space left on device",
+        "the disk is full: free space (`docker builder prune`, `docker image prune`) and rerun",
+    ),
+    (
+        "No matching distribution found for",
+        "a pinned package version does not exist on the index: check matrix.yaml pins",
+    ),
     ("Could not find a version that satisfies", "a pinned package version does not exist on the index: check pins"),
-    ("CERTIFICATE_VERIFY_FAILED", "TLS verification failed: behind an intercepting proxy, pass its CA with --ca-bundle"),
+    (
+        "CERTIFICATE_VERIFY_FAILED",
+        "TLS verification failed: behind an intercepting proxy, pass its CA with --ca-bundle",
+    ),
     ("Cannot connect to the Docker daemon", "the Docker engine is not reachable: start it (e.g. `bash .ci/engine.sh`)"),
     ("pull access denied", "the base image is not available locally and cannot be pulled: make it (`invoke base`)"),
     ("failed to resolve source metadata", "the base image cannot be pulled here: make or load it locally first"),
@@ -73,7 +82,9 @@ def image_exists(ref: str) -> bool:
 
 
 def _stream(argv: list[str], cwd: Path, out: TextIO, tail: collections.deque[str]) -> int:
-    with subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+    with subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    ) as proc:
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
@@ -107,7 +118,9 @@ def run_build(plan: BuildPlan, root: Path, out: TextIO = sys.stdout) -> BuildRes
     return BuildResult(plan.cell, True, seconds, image_id, int(size.stdout.strip() or 0))
 
 
-def run_builds(plans: Sequence[BuildPlan], root: Path, *, keep_going: bool, out: TextIO = sys.stdout) -> list[BuildResult]:
+def run_builds(
+    plans: Sequence[BuildPlan], root: Path, *, keep_going: bool, out: TextIO = sys.stdout
+) -> list[BuildResult]:
     results: list[BuildResult] = []
     for plan in plans:
         print(f"\n=== building {plan.cell.image}:{plan.cell.immutable_tag}", file=out, flush=True)

@@ -196,7 +196,11 @@ def _install(package: str, version: str, cuda: str, companions: dict[str, str], 
     extras = f"[{','.join(variant.extras)}]" if variant.extras else ""
     if not (variant.index_url or variant.find_links) or variant.pypi_default:
         # PyPI's own wheel is this CUDA build: no extra index, no local version tag.
-        requirements = (f"{package}{extras}=={version}", *(f"{n}=={v}" for n, v in sorted(companions.items())))
+        requirements = (
+            f"{package}{extras}=={version}",
+            *variant.cuda_packages,
+            *(f"{n}=={v}" for n, v in sorted(companions.items())),
+        )
         return FrameworkInstall(requirements, None, None, None)
     local = variant.local_version or ""
     requirements = (

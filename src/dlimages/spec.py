@@ -101,6 +101,10 @@ class Variant(Model):
     find_links: Url | None = None
     pypi_default: bool = False
     extras: list[Name] = Field(default_factory=list)
+    # CUDA libraries installed by name next to the framework (pinned), when its own extra cannot be used.
+    cuda_packages: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+==[0-9][0-9A-Za-z.+-]*$")]] = Field(
+        default_factory=list
+    )
 
 
 class Release(Model):

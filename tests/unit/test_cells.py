@@ -209,11 +209,22 @@ def test_pypi_default_build_needs_no_extra_index(cell: CellLookup) -> None:
     assert (install.index_url, install.find_links, install.variant_tag) == (None, None, None)
 
 
-def test_tensorflow_extras_are_installed_but_not_constrained(cell: CellLookup) -> None:
+def test_tensorflow_wheel_cell_installs_its_cuda_libraries_by_name(cell: CellLookup) -> None:
+    # [and-cuda] also pins tensorrt==8.5.3.1, which PyPI lacks: the CUDA packages are named instead.
     install = cell("tensorflow", "cuda11.8-tf2.14.1-py3.10-runtime").install
-    assert install.requirements == ("tensorflow[and-cuda]==2.14.1",)
-    assert install.constraints == ("tensorflow==2.14.1",)
+    assert install.requirements[0] == "tensorflow==2.14.1"
+    assert "nvidia-cudnn-cu11==8.7.0.84" in install.requirements
+    assert "nvidia-cuda-runtime-cu11==11.8.89" in install.requirements
+    assert not any(r.startswith("tensorrt") for r in install.requirements)
+    assert install.constraints == install.requirements
     assert (install.index_url, install.find_links, install.variant_tag) == (None, None, None)
+
+
+def test_extras_are_installed_but_not_constrained() -> None:
+    from dlimages.cells import FrameworkInstall
+
+    install = FrameworkInstall(("tensorflow[and-cuda]==2.15.1",), None, None, None)
+    assert install.constraints == ("tensorflow==2.15.1",)
 
 
 def test_package_overrides_apply_to_their_release_only(cell: CellLookup) -> None:
