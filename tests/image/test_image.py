@@ -1,0 +1,454 @@
+"""A built image against its own labels and /etc/dlimages/cell.json: what a user of the image would check.
+
+Versions, packages, the non-root user, nothing left behind by the build, mirrors, signals, and the in-image
+smoke commands on a machine without a GPU. Run: `pytest tests/image --image REF` (see README.md here).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:  # fixtures hand these over; importing conftest at run time is ambiguous under tests/
+    from conftest import Container, Docker, Image
+
+pytestmark = pytest.mark.image
+
+REPO = Path(__file__).resolve().parents[2]
+CELL_FILE = "/etc/dlimages/cell.json"
+VENV = "/opt/venv"
+DEV_UID = 1000
+# A container that asks for no GPU still gets one where nvidia is the default runtime, since the images set
+# NVIDIA_VISIBLE_DEVICES=all; `void` makes "no GPU" hold on any engine.
+NO_GPU = ("-e", "NVIDIA_VISIBLE_DEVICES=void")
+EXIT_SKIPPED = 77
+EXIT_USAGE = 2
+STOP_LIMIT_S = 5.0
+
+# Import name -> what the user would pip-install, for the preinstalled package set.
+PACKAGE_SET = {
+    "numpy": "numpy",
+    "pandas": "pandas",
+    "scipy": "scipy",
+    "cv2": "opencv-python-headless",
+    "PIL": "pillow",
+    "matplotlib": "matplotlib",
+    "tqdm": "tqdm",
+    "yaml": "pyyaml",
+    "requests": "requests",
+    "jupyterlab": "jupyterlab",
+    "ipykernel": "ipykernel",
+}
+FRAMEWORK_MODULES = {"pytorch": ("torch", "torchvision", "torchaudio"), "tensorflow": ("tensorflow",)}
+UPSTREAM_APT_HOSTS = {
+    "debian": {"deb.debian.org", "security.debian.org"},
+    "ubuntu": {"archive.ubuntu.com", "security.ubuntu.com"},
+}
+NVIDIA_APT_HOST = "developer.download.nvidia.com"  # nvidia/cuda bases keep NVIDIA's CUDA repository
+
+
+def decode_cudnn(value: int) -> str:
+    """cuDNN's integer version as text: up to 8 it is M*1000+m*100+p (8902), from 9 on M*10000+m*100+p (90100)."""
+    if value >= 10000:
+        return f"{value // 10000}.{value % 10000 // 100}.{value % 100}"
+    return f"{value // 1000}.{value % 1000 // 100}.{value % 100}"
+
+
+def leading(version: str, parts: int) -> str:
+    """The first `parts` dot-separated numbers, local version dropped: leading("8.9.2.26", 2) == "8.9"."""
+    return ".".join(version.split("+")[0].split(".")[:parts])
+
+
+def pip_packages(container: Container) -> dict[str, str]:
+    """`pip list` of the venv as {normalized name: version}."""
+    out = container.host.check_output(f"{VENV}/bin/python -m pip list --format=json")
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(out)}
+
+
+def os_family(cell: dict[str, Any]) -> str:
+    return "ubuntu" if str(cell["os"]).startswith("ubuntu") else "debian"
+
+
+# ---------------------------------------------------------------------------------------------
+# The cell: labels, cell.json, Python, framework, CUDA libraries.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_labels_agree_with_cell_file(image: Image, cell: dict[str, Any]) -> None:
+    pairs = {
+        "framework": "framework",
+        "framework-version": "framework_version",
+        "python": "python",
+        "cuda": "cuda",
+        "cudnn": "cudnn",
+        "cuda-source": "cuda_source",
+        "min-driver": "min_driver",
+        "flavor": "flavor",
+    }
+    disagree = {
+        label: (image.label(label), cell.get(key))
+        for label, key in pairs.items()
+        if image.label(label) != cell.get(key)
+    }
+    assert not disagree, f"label vs {CELL_FILE} (label, file): {disagree}"
+    version = image.labels.get("org.opencontainers.image.version")
+    assert version in cell.get("tags", []), f"image version label {version!r} is not among cell tags {cell.get('tags')}"
+
+
+def test_python_version_matches_label(container: Container, image: Image) -> None:
+    expected = image.label("python")
+    which = container.host.check_output("command -v python3")
+    assert which == f"{VENV}/bin/python3", f"python3 on PATH is {which}, not the venv's"
+    reported = container.host.check_output(f"{VENV}/bin/python --version")
+    assert reported.startswith(f"Python {expected}."), f"venv Python says {reported!r}, label python={expected}"
+
+
+def test_framework_versions_match_labels(container: Container, image: Image) -> None:
+    framework = image.label("framework")
+    expected, cuda, cudnn = image.label("framework-version"), image.label("cuda"), image.label("cudnn")
+    if framework == "pytorch":
+        # cudnn.version() loads libcudnn without a GPU on CUDA builds, so this holds on any machine.
+        found = container.python_json(
+            "import json, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda,"
+            " 'cudnn': torch.backends.cudnn.version()}))"
+        )
+        # A local version (+cu121) may follow the release number.
+        assert re.fullmatch(rf"{re.escape(expected)}(\+\w+)?", found["version"]), (
+            f"torch.__version__ {found['version']!r}, label framework-version={expected}"
+        )
+        assert found["cuda"] is not None, "torch.version.cuda is None: a CPU-only torch"
+        assert leading(found["cuda"], 2) == cuda, f"torch.version.cuda {found['cuda']}, label cuda={cuda}"
+        assert found["cudnn"], "torch.backends.cudnn.version() is None: torch found no cuDNN"
+        decoded = decode_cudnn(int(found["cudnn"]))
+        assert leading(decoded, 2) == leading(cudnn, 2), (
+            f"torch's cuDNN {decoded} ({found['cudnn']}), label cudnn={cudnn}"
+        )
+    elif framework == "tensorflow":
+        found = container.python_json(
+            "import os; os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'\n"
+            "import json, tensorflow as tf; info = tf.sysconfig.get_build_info()\n"
+            "print(json.dumps({'version': tf.__version__, 'cuda': info.get('cuda_version'),"
+            " 'cudnn': info.get('cudnn_version')}))"
+        )
+        assert found["version"] == expected, f"tf.__version__ {found['version']!r}, label framework-version={expected}"
+        assert found["cuda"], "tf.sysconfig.get_build_info() has no cuda_version: a CPU-only TensorFlow"
+        assert leading(str(found["cuda"]), 2) == cuda, f"TF build CUDA {found['cuda']}, label cuda={cuda}"
+        # TF's build info often holds only the cuDNN major ("8").
+        assert leading(str(found["cudnn"]), 1) == leading(cudnn, 1), (
+            f"TF build cuDNN {found['cudnn']}, label cudnn={cudnn}"
+        )
+    else:
+        pytest.fail(f"label framework={framework!r} is neither pytorch nor tensorflow")
+
+
+def test_cuda_libraries_ship_once(container: Container, image: Image) -> None:
+    """Wheel cells take CUDA from pip's nvidia-* packages and nothing else; base cells the other way round."""
+    packages = pip_packages(container)
+    libs = container.root.check_output(
+        r"find / -xdev \( -name 'libcudnn*' -o -name 'libcublas*' \) \( -type f -o -type l \) 2>/dev/null || true"
+    ).split()
+    in_venv = sorted(p for p in libs if p.startswith(f"{VENV}/"))
+    outside = sorted(p for p in libs if not p.startswith(f"{VENV}/"))
+    cuda_major = image.label("cuda").split(".")[0]
+    cudnn_wheel = f"nvidia-cudnn-cu{cuda_major}"
+    if image.label("cuda-source") == "wheel":
+        assert cudnn_wheel in packages, f"wheel cell without {cudnn_wheel} in pip list: {sorted(packages)}"
+        assert leading(packages[cudnn_wheel], 2) == leading(image.label("cudnn"), 2), (
+            f"{cudnn_wheel}=={packages[cudnn_wheel]}, label cudnn={image.label('cudnn')}"
+        )
+        assert in_venv, f"wheel cell, yet no libcudnn/libcublas under {VENV}"
+        assert not outside, f"CUDA libraries ship twice: also outside {VENV}: {outside}"
+    else:
+        nvidia = sorted(p for p in packages if p.startswith(("nvidia-cudnn", "nvidia-cublas")))
+        assert not nvidia, f"base-image CUDA, yet pip also installed {nvidia}"
+        assert not in_venv, f"CUDA libraries ship twice: also under {VENV}: {in_venv}"
+        assert outside, "base-image CUDA cell without libcudnn/libcublas in the base image"
+
+
+# ---------------------------------------------------------------------------------------------
+# Packages.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_preinstalled_packages_import(container: Container, image: Image) -> None:
+    modules = [*PACKAGE_SET, *FRAMEWORK_MODULES.get(image.label("framework"), ())]
+    found = container.python_json(
+        "import importlib, json, os, sys, traceback\n"
+        "os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'\n"
+        "result = {}\n"
+        f"for name in {modules!r}:\n"
+        "    try:\n"
+        "        result[name] = str(getattr(importlib.import_module(name), '__version__', 'ok'))\n"
+        "    except BaseException as error:\n"
+        "        result[name] = 'FAILED ' + type(error).__name__ + ': ' + str(error).splitlines()[0][:200]\n"
+        "print(json.dumps(result))",
+        timeout=240,
+    )
+    failed = {name: why for name, why in found.items() if why.startswith("FAILED")}
+    assert not failed, f"preinstalled modules that do not import: {failed}"
+
+
+def test_pip_check_passes(container: Container) -> None:
+    out = container.host.run(f"{VENV}/bin/python -m pip check")
+    assert out.rc == 0, f"pip check: broken requirements:\n{out.stdout}{out.stderr}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The user.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_default_user_is_not_root(container: Container) -> None:
+    assert container.host.check_output("id -u") == str(DEV_UID)
+    assert container.host.check_output("id -g") == str(DEV_UID)
+    assert container.host.check_output("pwd") == "/workspace", "WORKDIR is not /workspace"
+    assert container.host.check_output('printf %s "$HOME"') == "/home/dev"
+
+
+@pytest.mark.parametrize("path", ["/home/dev", "/workspace", VENV])
+def test_user_owns_its_directories(container: Container, path: str) -> None:
+    # Everything below, not only the top: a root-owned leftover (a cache mount point) breaks tools later.
+    foreign = container.root.check_output(
+        "find %s -xdev ! -uid %s -printf '%%u:%%g %%p\\n' | head -20", path, str(DEV_UID)
+    )
+    assert not foreign, f"not owned by uid {DEV_UID} under {path}:\n{foreign}"
+
+
+@pytest.mark.parametrize("path", ["/home/dev/.cache", "/workspace", f"{VENV}/lib"])
+def test_user_can_write(container: Container, path: str) -> None:
+    """`pip install` without sudo needs the venv; caches need ~/.cache (matplotlib, torch hub, pip)."""
+    probe = f"{path}/.dlimages-write-test"
+    out = container.host.run("mkdir -p %s && touch %s && rm -f %s", path, probe, probe)
+    assert out.rc == 0, f"the default user cannot write {path}: {out.stderr.strip()}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Nothing left behind by the build.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_apt_lists_are_removed(container: Container) -> None:
+    left = container.root.check_output(
+        "find /var/lib/apt/lists -mindepth 1 ! -name lock ! \\( -name partial -type d \\) 2>/dev/null | head -20"
+    )
+    assert not left, f"apt lists left in the image:\n{left}"
+
+
+def test_no_pip_cache(container: Container) -> None:
+    for cache in ("/home/dev/.cache/pip", "/root/.cache/pip"):
+        left = container.root.check_output("find %s -mindepth 1 2>/dev/null | head -5 || true", cache)
+        assert not left, f"pip cache left in {cache}:\n{left}"
+    assert not container.root.file("/root/.cache/pip").exists, "/root/.cache/pip exists"
+
+
+def test_no_secrets_left(container: Container) -> None:
+    secrets = container.root.check_output("find /run/secrets -mindepth 1 2>/dev/null | head -5 || true")
+    assert not secrets, f"/run/secrets is not empty:\n{secrets}"
+    for netrc in ("/home/dev/.netrc", "/root/.netrc"):
+        assert not container.root.file(netrc).exists, f"{netrc} is in the image"
+    pip_cert = container.host.check_output('printf %s "${PIP_CERT:-}"')
+    assert not pip_cert, f"PIP_CERT={pip_cert} is set in the image's environment"
+
+
+# A PEM certificate block, not a mention of the marker in code (ssl.py, urllib3 have the marker as a constant).
+CERT_SCAN = r"""
+import glob, json, os, re, subprocess
+PEM = re.compile(rb"-----BEGIN CERTIFICATE-----\s*\n([A-Za-z0-9+/=\s]+?)-----END CERTIFICATE-----")
+SYSTEM = ("/etc/ssl/", "/usr/lib/ssl/", "/usr/share/ca-certificates/", "/etc/ca-certificates/")
+found = subprocess.run(
+    "find / -xdev -type f -print0 | xargs -0 -r grep -lIZ -s -F -e '-----BEGIN CERTIFICATE-----'",
+    shell=True, capture_output=True).stdout.split(b"\0")
+shipped = set()  # files a Debian package or a wheel put there
+for listing in glob.glob("/var/lib/dpkg/info/*.list"):
+    with open(listing, "rb") as handle:
+        shipped.update(os.path.realpath(line.strip().decode(errors="replace")) for line in handle if line.strip())
+for record in glob.glob("/opt/venv/lib/python3*/site-packages/*.dist-info/RECORD") + glob.glob(
+        "/usr/lib/python3/dist-packages/*.dist-info/RECORD"):
+    site = os.path.dirname(os.path.dirname(record))
+    with open(record, encoding="utf-8", errors="replace") as handle:
+        shipped.update(os.path.realpath(os.path.join(site, row.split(",")[0])) for row in handle if row.strip())
+def blocks(path):
+    with open(path, "rb") as handle:
+        return {re.sub(rb"\s", b"", b) for b in PEM.findall(handle.read())}
+stray = []
+for raw in filter(None, found):
+    path = raw.decode(errors="replace")
+    if not blocks(path) or path.startswith(SYSTEM) or os.path.realpath(path) in shipped:
+        continue
+    stray.append(path)
+# The trust store may hold only Debian's CAs: a build CA added to it would be trusted forever.
+debian = set()
+for path in glob.glob("/usr/share/ca-certificates/**/*.crt", recursive=True):
+    debian |= blocks(path)
+bundle = "/etc/ssl/certs/ca-certificates.crt"
+extra = len(blocks(bundle) - debian) if os.path.exists(bundle) else 0
+print(json.dumps({"stray": sorted(stray), "extra_in_bundle": extra}))
+"""
+
+
+def test_no_certificate_outside_the_trust_store(container: Container) -> None:
+    """The build-time CA (secret pip_ca) must be nowhere: every PEM certificate comes from Debian or a wheel."""
+    out = container.root.run("python3 -c %s", CERT_SCAN, timeout=240)
+    assert out.rc == 0, f"certificate scan failed:\n{out.stderr[-2000:]}"
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not found["stray"], f"certificates in files no package shipped: {found['stray']}"
+    assert found["extra_in_bundle"] == 0, (
+        f"/etc/ssl/certs/ca-certificates.crt holds {found['extra_in_bundle']} CA(s) not shipped by Debian"
+    )
+
+
+SECRET_PATTERNS = {
+    "a PEM block": re.compile(r"-----BEGIN [A-Z ]+-----"),
+    "a password": re.compile(r"passw(or)?d", re.IGNORECASE),
+    "netrc content": re.compile(r"\bmachine\s+\S+\s+(login|password)\b"),
+    "credentials in a URL": re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@"),
+    "a token": re.compile(r"\b(token|secret|api[_-]?key)\s*=\s*\S+", re.IGNORECASE),
+}
+# Paths that look like secret material; /run/secrets/<id> (where BuildKit mounts a secret) is the only one allowed.
+SECRET_PATH = re.compile(r"(?:~|/)[\w./-]*(?:secret|netrc|\.pem|\.crt|\.key\b|credential)[\w./-]*", re.IGNORECASE)
+
+
+def test_history_and_config_hold_no_secrets(image: Image, docker: Docker) -> None:
+    history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", image.ref).stdout
+    config = json.dumps({"Env": image.config.get("Env"), "Labels": image.labels})
+    for where, text in (("docker history", history), ("image config", config)):
+        for what, pattern in SECRET_PATTERNS.items():
+            match = pattern.search(text)
+            assert match is None, f"{where} of {image.ref} contains {what}: ...{match.group(0)}..."
+        paths = sorted({p for p in SECRET_PATH.findall(text) if not p.startswith("/run/secrets/")})
+        assert not paths, f"{where} of {image.ref} names secret files other than /run/secrets/*: {paths}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Mirrors.
+# ---------------------------------------------------------------------------------------------
+
+
+def apt_hosts(container: Container) -> set[str]:
+    text = container.host.check_output("cat /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null || true")
+    lines = [line.split("#", 1)[0] for line in text.splitlines()]
+    return set(re.findall(r"https?://([^/\s:]+)", "\n".join(lines)))
+
+
+def pip_index(container: Container) -> str | None:
+    """The index-url pip's configuration sets (any scope), None for pip's upstream default."""
+    out = container.host.check_output(f"{VENV}/bin/python -m pip config list")
+    match = re.search(r"^[\w:.]*index-url='([^']*)'", out, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def test_mirror_profile_is_applied(container: Container, image: Image, cell: dict[str, Any]) -> None:
+    profile, family = image.label("mirror-profile"), os_family(cell)
+    upstream = UPSTREAM_APT_HOSTS[family]
+    hosts = apt_hosts(container) - {NVIDIA_APT_HOST}
+    assert hosts, "no http(s) apt source found in /etc/apt/sources.list{,.d/*}"
+    has_pip_conf = container.host.file("/etc/pip.conf").exists
+    if profile == "none":
+        assert not has_pip_conf, "mirror profile none, yet /etc/pip.conf exists"
+        assert pip_index(container) is None, "mirror profile none, yet pip config sets an index-url"
+        assert hosts <= upstream, f"mirror profile none, yet apt uses {sorted(hosts - upstream)}"
+    elif profile == "host":
+        # The build machine's apt mirror replaces Debian's; PyPI stays upstream (mirrors.resolve).
+        assert pip_index(container) is None, "mirror profile host sets no pip index, yet pip config has one"
+        if family == "debian":
+            assert not hosts & upstream, f"mirror profile host, yet apt still uses {sorted(hosts & upstream)}"
+    else:
+        from dlimages.spec import load_matrix
+
+        spec = load_matrix(REPO / "matrix.yaml").mirrors.get(profile)
+        assert spec is not None, f"label mirror-profile={profile!r} is not a profile in matrix.yaml"
+        if spec.pypi:
+            assert has_pip_conf, f"mirror profile {profile}, yet no /etc/pip.conf"
+            assert pip_index(container) == spec.pypi, (
+                f"pip index {pip_index(container)}, profile {profile}: {spec.pypi}"
+            )
+        if spec.apt is not None:
+            mirror = re.findall(r"https?://([^/\s:]+)", getattr(spec.apt, family))[0]
+            assert mirror in hosts, f"mirror profile {profile}: apt uses {sorted(hosts)}, not {mirror}"
+            assert not hosts & upstream, f"mirror profile {profile}, yet apt still uses {sorted(hosts & upstream)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Entrypoint and signals.
+# ---------------------------------------------------------------------------------------------
+
+PROCESS_TABLE = r"""
+import json, os
+rows = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = [a.decode() for a in handle.read().split(b"\0") if a]
+        with open(f"/proc/{pid}/stat") as handle:
+            ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        continue
+    rows.append({"pid": int(pid), "ppid": ppid, "argv": argv})
+print(json.dumps(rows))
+"""
+
+
+def test_tini_is_pid_1_and_execs_the_command(container: Container) -> None:
+    processes = container.python_json(PROCESS_TABLE)
+    init = next(p for p in processes if p["pid"] == 1)
+    assert Path(init["argv"][0]).name == "tini", f"PID 1 is {init['argv']}, not tini"
+    children = [p["argv"] for p in processes if p["ppid"] == 1]
+    # dl-entrypoint must exec: the command itself, not a shell around it, is tini's child and gets the signals.
+    assert ["sleep", "infinity"] in children, f"tini's children are {children}, not `sleep infinity` itself"
+
+
+def wait_for_log(docker: Docker, name: str, needle: str, limit_s: float = 60) -> str:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        result = docker("logs", name)
+        logs = result.stdout + result.stderr
+        if needle in logs:
+            return logs
+        state = docker("inspect", "-f", "{{.State.Running}}", name).stdout.strip()
+        assert state == "true", f"{name} exited before logging {needle!r}:\n{logs[-3000:]}"
+        time.sleep(0.5)
+    pytest.fail(f"{name} did not log {needle!r} within {limit_s:.0f} s", pytrace=False)
+
+
+def test_docker_stop_of_jupyterlab_is_fast(image: Image, docker: Docker) -> None:
+    with docker.started(image.ref, purpose="stop") as name:
+        wait_for_log(docker, name, "is running at")
+        started = time.monotonic()
+        docker("stop", "-t", "10", name, timeout=30)
+        elapsed = time.monotonic() - started
+        code = int(docker("inspect", "-f", "{{.State.ExitCode}}", name).stdout.strip())
+    assert elapsed < STOP_LIMIT_S, (
+        f"`docker stop -t 10` took {elapsed:.2f} s (limit {STOP_LIMIT_S} s): SIGTERM ignored?"
+    )
+    assert code in (0, 143), f"JupyterLab exited {code} on SIGTERM (stopped in {elapsed:.2f} s)"
+
+
+# ---------------------------------------------------------------------------------------------
+# The in-image commands, on a machine without a GPU.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_dl_smoke_skips_without_gpu(image: Image, docker: Docker) -> None:
+    result = docker.run_once(image.ref, "dl-smoke", "--json", options=NO_GPU)
+    assert result.returncode == EXIT_SKIPPED, f"dl-smoke exited {result.returncode}, not 77:\n{result.stderr[-2000:]}"
+    report = json.loads(result.stdout)
+    assert report["status"] == "skipped"
+    failed = [c for c in report["checks"] if c["status"] == "fail"]
+    assert not failed, f"dl-smoke checks that fail even without a GPU (version checks against cell.json): {failed}"
+
+
+def test_dl_smoke_usage_error(image: Image, docker: Docker) -> None:
+    result = docker.run_once(image.ref, "dl-smoke", "--bogus", options=NO_GPU)
+    assert result.returncode == EXIT_USAGE, f"dl-smoke --bogus exited {result.returncode}:\n{result.stderr}"
+
+
+def test_dl_bench_skips_without_gpu(image: Image, docker: Docker) -> None:
+    if image.label("framework") != "pytorch":
+        pytest.skip("dl-bench benchmarks PyTorch only")
+    result = docker.run_once(image.ref, "dl-bench", options=NO_GPU)
+    assert result.returncode == EXIT_SKIPPED, f"dl-bench exited {result.returncode}, not 77:\n{result.stderr[-2000:]}"
