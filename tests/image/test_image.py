@@ -307,7 +307,8 @@ SECRET_PATTERNS = {
     "a password": re.compile(r"passw(or)?d", re.IGNORECASE),
     "netrc content": re.compile(r"\bmachine\s+\S+\s+(login|password)\b"),
     "credentials in a URL": re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@"),
-    "a token": re.compile(r"\b(token|secret|api[_-]?key)\s*=\s*\S+", re.IGNORECASE),
+    # HF_TOKEN=..., GITHUB_TOKEN=..., AWS_SECRET_ACCESS_KEY=..., PIP_API_KEY=...: a value, not an empty ARG.
+    "a token": re.compile(r"\w*(token|secret|api[_-]?key)\w*=[^\s$]", re.IGNORECASE),
 }
 # Paths that look like secret material; /run/secrets/<id> (where BuildKit mounts a secret) is the only one allowed.
 SECRET_PATH = re.compile(r"(?:~|/)[\w./-]*(?:secret|netrc|\.pem|\.crt|\.key\b|credential)[\w./-]*", re.IGNORECASE)
