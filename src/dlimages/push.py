@@ -7,6 +7,7 @@ Deciding is pure (`registry_ref`, `plan_push`, `failure_kind`, `parse_digest`, `
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -106,6 +107,10 @@ class PushTarget:
     @property
     def tag(self) -> str:
         return _split_tag(self.remote_ref)[1] or "latest"
+
+    def result(self, error: str | None, attempts: int = 0, digest: str | None = None, **seconds: float) -> PushResult:
+        """Verified exactly when nothing went wrong."""
+        return PushResult(self.registry, self.ref, self.remote_ref, digest, error is None, attempts, error, **seconds)
 
 
 # --- deciding (pure) -------------------------------------------------------------------------------------------
@@ -273,8 +278,9 @@ def push_image(
     Per (registry, ref): `docker tag REF REGISTRY/REF`, `docker push` (a transient failure is tried again
     up to `retries` more times, sleeping backoff, 2*backoff, 4*backoff...; a refusal of credentials never
     is), then `docker pull REGISTRY/REPO@DIGEST` must give the local image ID. The registry-prefixed tag
-    is removed afterwards if this call made it; local tags and images are never touched. Once a registry
-    refuses the credentials or cannot be reached, its remaining refs are not tried.
+    is removed afterwards if this call made it (kept, and reported, if REF was rebuilt meanwhile: it is then
+    the pushed image's last tag); local tags and images are never touched. Once a registry refuses the
+    credentials or cannot be reached, its remaining refs are not tried.
 
     Returns the results when every push was verified; otherwise raises PushError whose message names each
     failure and what to do, with all results attached. Raises InputError for bad refs or registries, or
@@ -331,10 +337,7 @@ def _push_one(
     target: PushTarget, local_id: str, run: Run, sleep: Sleep, retries: int, backoff: float, timeout: float
 ) -> tuple[PushResult, bool]:
     """The result, and whether the registry's other refs are not worth trying (credentials refused, unreachable)."""
-    registry, ref, remote = target.registry, target.ref, target.remote_ref
-
-    def result(error: str | None, attempts: int = 0, digest: str | None = None, **seconds: float) -> PushResult:
-        return PushResult(registry, ref, remote, digest, error is None, attempts, error, **seconds)
+    ref, remote, result = target.ref, target.remote_ref, target.result
 
     existing = _image_id(run, remote)
     if existing is not None and existing != local_id:
@@ -345,34 +348,45 @@ def _push_one(
         if done.returncode != 0:
             return result(f"`docker tag {ref} {remote}` failed: {_last_line(done.stderr or done.stdout)}"), False
     try:
-        started = time.monotonic()
-        pushed = _with_retries(run, ["docker", "push", remote], retries, backoff, sleep, timeout)
-        push_seconds = time.monotonic() - started
-        if not pushed.ok:
-            give_up = pushed.kind in ("auth", "transient", "unreachable")
-            return result(_push_message(target, pushed), pushed.attempts, push_seconds=push_seconds), give_up
-        digest = parse_digest(pushed.output, target.tag)
-        if digest is None:
-            no_digest = f"`docker push {remote}` succeeded but printed no digest: {pushed.last_line}"
-            return result(no_digest, pushed.attempts, push_seconds=push_seconds), False
-
-        # The daemon checks that the manifest it fetches hashes to `digest`, and the image ID is the digest
-        # of the config that manifest names: equal IDs prove the registry serves exactly the local image.
-        started = time.monotonic()
-        pinned = f"{target.repository}@{digest}"
-        pulled = _with_retries(run, ["docker", "pull", pinned], retries, backoff, sleep, timeout)
-        pulled_id = _image_id(run, pinned) if pulled.ok else None
-        verify_seconds = time.monotonic() - started
-        error: str | None = None
-        if not pulled.ok:
-            error = f"{registry} took {ref} as {digest}, but pulling it back failed: {pulled.last_line}"
-        elif pulled_id != local_id:
-            error = f"verification failed: {pinned} is image {pulled_id}, but {ref} is {local_id}"
-        seconds = {"push_seconds": push_seconds, "verify_seconds": verify_seconds}
-        return result(error, pushed.attempts, digest, **seconds), False
+        pushed, give_up = _push_tagged(target, local_id, run, sleep, retries, backoff, timeout)
     finally:
-        if made_tag:
-            _untag(run, ref, remote, local_id)
+        left = _untag(run, ref, remote, local_id) if made_tag else None  # also when interrupted
+    if left:
+        pushed = dataclasses.replace(pushed, error=f"{pushed.error}; {left}" if pushed.error else left)
+    return pushed, give_up
+
+
+def _push_tagged(
+    target: PushTarget, local_id: str, run: Run, sleep: Sleep, retries: int, backoff: float, timeout: float
+) -> tuple[PushResult, bool]:
+    registry, ref, remote, result = target.registry, target.ref, target.remote_ref, target.result
+
+    started = time.monotonic()
+    pushed = _with_retries(run, ["docker", "push", remote], retries, backoff, sleep, timeout)
+    push_seconds = time.monotonic() - started
+    if not pushed.ok:
+        give_up = pushed.kind in ("auth", "transient", "unreachable")
+        return result(_push_message(target, pushed), pushed.attempts, push_seconds=push_seconds), give_up
+    digest = parse_digest(pushed.output, target.tag)
+    if digest is None:
+        no_digest = f"`docker push {remote}` succeeded but printed no digest: {pushed.last_line}"
+        return result(no_digest, pushed.attempts, push_seconds=push_seconds), False
+
+    # The daemon checks that the manifest it fetches hashes to `digest`, and the image ID is the digest
+    # of the config that manifest names: equal IDs prove the registry serves exactly the local image.
+    # Layers are not downloaded again (they are local); the registry refused the manifest had any been missing.
+    started = time.monotonic()
+    pinned = f"{target.repository}@{digest}"
+    pulled = _with_retries(run, ["docker", "pull", pinned], retries, backoff, sleep, timeout)
+    pulled_id = _image_id(run, pinned) if pulled.ok else None
+    verify_seconds = time.monotonic() - started
+    error: str | None = None
+    if not pulled.ok:
+        error = f"{registry} took {ref} as {digest}, but pulling it back failed: {pulled.last_line}"
+    elif pulled_id != local_id:
+        error = f"verification failed: {pinned} is image {pulled_id}, but {ref} is {local_id}"
+    seconds = {"push_seconds": push_seconds, "verify_seconds": verify_seconds}
+    return result(error, pushed.attempts, digest, **seconds), False
 
 
 def _push_message(target: PushTarget, outcome: _Outcome) -> str:
@@ -412,10 +426,23 @@ def _image_id(run: Run, ref: str) -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
-def _untag(run: Run, ref: str, remote: str, local_id: str) -> None:
-    """Remove the registry-prefixed tag this run made, only while `ref` still holds the image (so rmi only untags)."""
-    if _image_id(run, ref) == local_id and _image_id(run, remote) == local_id:
-        _call(run, ["docker", "rmi", "--no-prune", remote], INSPECT_TIMEOUT_S)
+def _untag(run: Run, ref: str, remote: str, local_id: str) -> str | None:
+    """Remove the registry-prefixed tag this run made; None when done, else why it stays.
+
+    Only while `ref` still holds the image, so rmi can only untag: if `ref` was rebuilt meanwhile, the temporary
+    tag is the image's last name and removing it would delete the image.
+    """
+    if _image_id(run, remote) != local_id:
+        return None  # someone else moved or removed it: no longer ours
+    if _image_id(run, ref) != local_id:
+        return (
+            f"{ref} now names another image (rebuilt during the push?), so what was pushed is not what {ref} is; "
+            f"{remote} was kept because it is the pushed image's last tag: `docker rmi {remote}` deletes it"
+        )
+    done = _call(run, ["docker", "rmi", "--no-prune", remote], INSPECT_TIMEOUT_S)
+    if done.returncode != 0:
+        return f"could not remove the temporary tag {remote}: {_last_line(done.stderr or done.stdout)}"
+    return None
 
 
 def image_manifest(image_ref: str, run: Run = subprocess.run, *, python: str | None = VENV_PYTHON) -> dict[str, Any]:

@@ -326,6 +326,24 @@ def test_existing_remote_tag_is_reused_not_removed_and_another_image_is_refused(
     assert docker.tags[REMOTE] == OTHER_ID
 
 
+def test_ref_rebuilt_during_push_keeps_the_temporary_tag_and_fails() -> None:
+    docker = FakeDocker()
+
+    def rebuilt_meanwhile(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        done = docker(argv, **kwargs)
+        if argv[1] == "pull":
+            docker.tags[REF] = OTHER_ID  # `invoke build` moved the tag while we pushed
+        return done
+
+    with pytest.raises(PushError) as caught:
+        push_image([REF], [REG], run=rebuilt_meanwhile, sleep=lambda _: None)
+    (result,) = caught.value.results
+    assert result.verified and not result.ok  # the registry has what was pushed, but it is not REF any more
+    assert result.error is not None and f"{REF} now names another image" in result.error
+    assert docker.tags[REMOTE] == LOCAL_ID  # removing it would delete the pushed image
+    assert not any(call[1] == "rmi" for call in docker.calls)
+
+
 def test_missing_local_image_is_an_input_error_before_anything_runs() -> None:
     docker = FakeDocker({})
     with pytest.raises(InputError) as caught:
