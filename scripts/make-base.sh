@@ -12,8 +12,8 @@
 #   --mirror   Debian mirror URL to bootstrap from (default: read from the host's apt sources);
 #              the security mirror is then URL-security unless --security-mirror is given
 #
-# Whatever mirror bootstraps it, the image's own apt sources are Debian's defaults (deb.debian.org,
-# as in the official debian image), so that a `none` mirror profile means upstream defaults.
+# The image's own apt sources (deb822, as in the official debian image) name the mirror it was
+# bootstrapped from; a mirror profile rewrites them at build time.
 #
 # The mirror is read from the host's apt configuration at run time and never written here.
 # The tarball is only reproducible while the mirror serves the same package versions: a
@@ -130,7 +130,7 @@ build_tarball() {
         # The image keeps Debian's default sources, not the mirror it was bootstrapped from ($1 is
         # the hook's root directory, expanded by mmdebstrap).
         --customize-hook='rm -f "$1/etc/apt/sources.list"'
-        --customize-hook='printf "%s\n" "Types: deb" "URIs: http://deb.debian.org/debian" "Suites: bookworm bookworm-updates" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" "" "Types: deb" "URIs: http://deb.debian.org/debian-security" "Suites: bookworm-security" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$1/etc/apt/sources.list.d/debian.sources"'
+        --customize-hook='printf "%s\n" "Types: deb" "URIs: $DLI_MIRROR" "Suites: bookworm bookworm-updates" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" "" "Types: deb" "URIs: $DLI_SECURITY_MIRROR" "Suites: bookworm-security" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$1/etc/apt/sources.list.d/debian.sources"'
     )
     [[ -n "$include" ]] && args+=(--include="$include")
     local start=$SECONDS
@@ -143,6 +143,7 @@ build_tarball() {
     log "built $dest in $((SECONDS - start))s, $(stat -c %s "$dest") bytes, sha256 $(sha256sum "$dest" | cut -d' ' -f1)"
 }
 
+export DLI_MIRROR="$mirror" DLI_SECURITY_MIRROR="${security:-$mirror-security}"
 build_tarball "$tarball"
 if ((check)); then
     build_tarball "$tarball.again"

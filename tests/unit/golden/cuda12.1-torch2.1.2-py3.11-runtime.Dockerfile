@@ -23,7 +23,7 @@ ARG APT_MIRROR=
 ARG APT_SECURITY_MIRROR=
 ARG PIP_INDEX_URL=
 RUN if [ -n "${APT_MIRROR}" ]; then \
-        sed -i -E "s#https?://deb\.debian\.org/debian-security/?#${APT_SECURITY_MIRROR%/}#g; s#https?://deb\.debian\.org/debian/?#${APT_MIRROR%/}#g" /etc/apt/sources.list.d/debian.sources; \
+        sed -i -E "s#^URIs: .*/debian-security/?\$#URIs: ${APT_SECURITY_MIRROR%/}#; s#^URIs: .*/debian/?\$#URIs: ${APT_MIRROR%/}#" /etc/apt/sources.list.d/debian.sources; \
     fi \
  && if [ -n "${PIP_INDEX_URL}" ]; then \
         printf '[global]\nindex-url = %s\n' "${PIP_INDEX_URL}" > /etc/pip.conf; \
