@@ -46,7 +46,7 @@ PACKAGE_SET = {
 }
 FRAMEWORK_MODULES = {"pytorch": ("torch", "torchvision", "torchaudio"), "tensorflow": ("tensorflow",)}
 UPSTREAM_APT_HOSTS = {
-    "debian": {"deb.debian.org", "security.debian.org"},
+    "debian": {"<debian-default-mirror>", "security.debian.org"},
     "ubuntu": {"archive.ubuntu.com", "security.ubuntu.com"},
 }
 NVIDIA_APT_HOST = "developer.download.nvidia.com"  # nvidia/cuda bases keep NVIDIA's CUDA repository
@@ -343,7 +343,15 @@ def pip_index(container: Container) -> str | None:
     return match.group(1) if match else None
 
 
-def test_mirror_profile_is_applied(container: Container, image: Image, cell: dict[str, Any]) -> None:
+def build_args(docker: Docker, image: Image) -> dict[str, str]:
+    """The build arguments BuildKit recorded in the RUN steps (`RUN |5 APT_MIRROR=... /bin/bash ...`)."""
+    history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", image.ref).stdout
+    return dict(
+        re.findall(r"\b([A-Z][A-Z0-9_]*)=(\S*)", "\n".join(h for h in history.splitlines() if h.startswith("RUN |")))
+    )
+
+
+def test_mirror_profile_is_applied(container: Container, image: Image, cell: dict[str, Any], docker: Docker) -> None:
     profile, family = image.label("mirror-profile"), os_family(cell)
     upstream = UPSTREAM_APT_HOSTS[family]
     hosts = apt_hosts(container) - {NVIDIA_APT_HOST}
@@ -354,10 +362,18 @@ def test_mirror_profile_is_applied(container: Container, image: Image, cell: dic
         assert pip_index(container) is None, "mirror profile none, yet pip config sets an index-url"
         assert hosts <= upstream, f"mirror profile none, yet apt uses {sorted(hosts - upstream)}"
     elif profile == "host":
-        # The build machine's apt mirror replaces Debian's; PyPI stays upstream (mirrors.resolve).
+        # The build machine's own apt mirror replaces Debian's; PyPI stays upstream (mirrors.resolve). That
+        # mirror may be <debian-default-mirror> itself, so compare with what the build was given, not with upstream.
         assert pip_index(container) is None, "mirror profile host sets no pip index, yet pip config has one"
         if family == "debian":
-            assert not hosts & upstream, f"mirror profile host, yet apt still uses {sorted(hosts & upstream)}"
+            args = build_args(docker, image)
+            given = {
+                m
+                for key in ("APT_MIRROR", "APT_SECURITY_MIRROR")
+                for m in re.findall(r"https?://([^/\s:]+)", args.get(key, ""))
+            }
+            assert given, f"mirror profile host, yet the build got no APT_MIRROR (build args {args})"
+            assert hosts <= given, f"mirror profile host: apt uses {sorted(hosts)}, the build was given {sorted(given)}"
     else:
         from dlimages.spec import load_matrix
 
