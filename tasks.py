@@ -246,9 +246,9 @@ def push(
         raise InputError([Problem("--image", "no image given and no successful `invoke build` recorded")])
     try:
         results = push_image(refs, registry, retries=retries)
+        manifests = {ref: image_manifest(ref) for ref in dict.fromkeys(r.ref for r in results)}
     except PushError as error:
         raise Exit(f"error: {error}\nNothing local was changed.", code=1) from None
-    manifests = {ref: image_manifest(ref) for ref in dict.fromkeys(r.ref for r in results)}
     write_report(root / report, build_report(results, manifests))
     for result in results:
         print(f"pushed {result.remote_ref} {result.digest} (verified by pulling it back)")
@@ -256,7 +256,8 @@ def push(
 
 
 def _in_image(c: Context, image: str, command: str, gpus: bool) -> int:
-    gpu_flag = "--gpus all " if gpus else ""
+    # Without --gpus, also hide GPUs from a host whose default runtime is nvidia (images set all).
+    gpu_flag = "--gpus all " if gpus else "-e NVIDIA_VISIBLE_DEVICES=void "
     result = c.run(f"docker run --rm {gpu_flag}{shlex.quote(image)} {command}", warn=True, pty=False)
     assert result is not None
     if gpus and result.exited == 125 and "could not select device driver" in result.stderr:

@@ -158,9 +158,9 @@ class Image:
     labels: dict[str, str]
     config: dict[str, Any]
 
-    def label(self, key: str) -> str:
-        """The io.dlimages.<key> label; an image without it fails the test that needs it."""
-        name = LABEL_PREFIX + key
+    def label(self, key: str, prefix: str = LABEL_PREFIX) -> str:
+        """The io.dlimages.<key> label (or <prefix><key>); an image without it fails the test that needs it."""
+        name = prefix + key
         if name not in self.labels:
             pytest.fail(f"{self.ref} has no label {name}: was it built from a dlimages Dockerfile?", pytrace=False)
         return self.labels[name]

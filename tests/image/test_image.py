@@ -45,10 +45,9 @@ PACKAGE_SET = {
     "ipykernel": "ipykernel",
 }
 FRAMEWORK_MODULES = {"pytorch": ("torch", "torchvision", "torchaudio"), "tensorflow": ("tensorflow",)}
-UPSTREAM_APT_HOSTS = {
-    "debian": {"<debian-default-mirror>", "security.debian.org"},
-    "ubuntu": {"archive.ubuntu.com", "security.ubuntu.com"},
-}
+# Ubuntu's own archive, as the official ubuntu images list it. Debian cells start from the base `invoke base`
+# made, whose sources name the mirror it was bootstrapped from: those are read from the base image itself.
+UPSTREAM_APT_HOSTS = {"ubuntu": {"archive.ubuntu.com", "security.ubuntu.com"}}
 NVIDIA_APT_HOST = "developer.download.nvidia.com"  # nvidia/cuda bases keep NVIDIA's CUDA repository
 
 
@@ -351,9 +350,27 @@ def build_args(docker: Docker, image: Image) -> dict[str, str]:
     )
 
 
+def base_apt_hosts(docker: Docker, image: Image, family: str) -> set[str]:
+    """The apt hosts the cell's base image itself uses: what `none` must leave untouched."""
+    if family in UPSTREAM_APT_HOSTS:
+        return UPSTREAM_APT_HOSTS[family]
+    base = image.label("base-name", prefix="org.opencontainers.image.")
+    listing = docker(
+        "run",
+        "--rm",
+        "--entrypoint",
+        "sh",
+        base,
+        "-c",
+        "cat /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null",
+    ).stdout
+    lines = [line.split("#", 1)[0] for line in listing.splitlines()]
+    return set(re.findall(r"https?://([^/\s:]+)", "\n".join(lines)))
+
+
 def test_mirror_profile_is_applied(container: Container, image: Image, cell: dict[str, Any], docker: Docker) -> None:
     profile, family = image.label("mirror-profile"), os_family(cell)
-    upstream = UPSTREAM_APT_HOSTS[family]
+    upstream = base_apt_hosts(docker, image, family)
     hosts = apt_hosts(container) - {NVIDIA_APT_HOST}
     assert hosts, "no http(s) apt source found in /etc/apt/sources.list{,.d/*}"
     has_pip_conf = container.host.file("/etc/pip.conf").exists

@@ -39,9 +39,10 @@ RUN apt-get update \
         zsh \
         zsh-syntax-highlighting \
  && rm -rf /var/lib/apt/lists/*
-# A non-root user owns the Python environment, so `pip install` works without sudo.
+# A non-root user owns the Python environment, so `pip install` works without sudo. ~/.cache is made
+# here as dev: the pip cache mounts below would otherwise create it as root.
 RUN useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev \
- && install -d -o dev -g dev /workspace /opt/venv
+ && install -d -o dev -g dev /workspace /opt/venv /home/dev/.cache
 USER 1000:1000
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH}
@@ -93,9 +94,9 @@ RUN --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
 # JupyterLab answers on 8888; the token comes from JUPYTER_TOKEN, else Jupyter makes a random one and logs it.
 COPY --chown=root:root assets/jupyter_server_config.py /etc/jupyter/jupyter_server_config.py
 EXPOSE 8888
-# Shell comfort and the image's own commands: dl-smoke (GPU smoke test) and dl-bench (training benchmark).
+# Shell comfort and the image's own commands: dl-smoke (GPU smoke test).
 COPY --chown=dev:dev assets/zshrc /home/dev/.zshrc
-COPY --chown=root:root assets/dl-entrypoint assets/dl-smoke assets/dl-bench /usr/local/bin/
+COPY --chown=root:root assets/dl-entrypoint assets/dl-smoke /usr/local/bin/
 # Labels last: they change with every release and must not invalidate the layers above.
 COPY --chown=root:root tensorflow/cuda11.0-tf2.4.4-py3.8-devel/cell.json /etc/dlimages/cell.json
 ARG REVISION=unknown
