@@ -101,8 +101,8 @@ def render(c: Context, check: bool = False) -> None:
         print(f"images/ is up to date ({len(files)} files).")
         return
     changed = write_tree(project.root, files)
-    for path in changed:
-        print(f"wrote {path}")
+    for change in changed:
+        print(change)
     print(f"{len(changed)} of {len(files)} files changed.")
 
 

@@ -115,7 +115,7 @@ def _existing(root: Path) -> dict[str, Path]:
 
 
 def write_tree(root: Path, files: list[GeneratedFile]) -> list[str]:
-    """Bring images/ in line with the rendered files; returns what changed (written or removed)."""
+    """Bring images/ in line with the rendered files; returns what changed, e.g. "wrote X", "removed Y"."""
     changed: list[str] = []
     wanted = {f.path for f in files}
     for generated in files:
@@ -127,11 +127,11 @@ def write_tree(root: Path, files: list[GeneratedFile]) -> list[str]:
         tmp.write_bytes(generated.content)
         tmp.chmod(generated.mode)
         tmp.replace(target)
-        changed.append(generated.path)
+        changed.append(f"wrote {generated.path}")
     for path, existing in _existing(root).items():
         if path not in wanted:
             existing.unlink()
-            changed.append(f"{path} (removed)")
+            changed.append(f"removed {path}")
     for directory in sorted((root / IMAGES_DIR).rglob("*"), reverse=True):
         if directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()

@@ -307,9 +307,9 @@ def test_write_tree_repairs_drift_and_is_then_idempotent(rendered_copy: Rendered
     (root / "images/pytorch/old").mkdir()
     (root / "images/pytorch/old/Dockerfile").write_text("FROM scratch\n", encoding="utf-8")
     assert sorted(write_tree(root, files)) == [
-        "images/assets/dl-entrypoint",
-        "images/pytorch/old/Dockerfile (removed)",
-        "images/tensorflow/cuda11.0-tf2.4.4-py3.8-devel/cell.json",
+        "removed images/pytorch/old/Dockerfile",
+        "wrote images/assets/dl-entrypoint",
+        "wrote images/tensorflow/cuda11.0-tf2.4.4-py3.8-devel/cell.json",
     ]
     assert not (root / "images/pytorch/old").exists()
     assert stale_files(root, files) == []
