@@ -354,7 +354,7 @@ def base_apt_hosts(docker: Docker, image: Image, family: str) -> set[str]:
     """The apt hosts the cell's base image itself uses: what `none` must leave untouched."""
     if family in UPSTREAM_APT_HOSTS:
         return UPSTREAM_APT_HOSTS[family]
-    base = image.label("base-name", prefix="org.opencontainers.image.")
+    base = image.label("base.name", prefix="org.opencontainers.image.")
     listing = docker(
         "run",
         "--rm",

@@ -43,9 +43,9 @@ RUN apt-get update \
         zsh-syntax-highlighting \
  && rm -rf /var/lib/apt/lists/*
 # A non-root user owns the Python environment, so `pip install` works without sudo. ~/.cache is made
-# here as dev: the pip cache mounts below would otherwise create it as root.
+# here as dev (with the pip cache mount point): BuildKit would otherwise create them as root.
 RUN useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev \
- && install -d -o dev -g dev /workspace /opt/venv /home/dev/.cache
+ && install -d -o dev -g dev /workspace /opt/venv /home/dev/.cache /home/dev/.cache/pip
 USER 1000:1000
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH}
