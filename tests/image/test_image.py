@@ -362,7 +362,7 @@ def base_apt_hosts(docker: Docker, image: Image, family: str) -> set[str]:
         "sh",
         base,
         "-c",
-        "cat /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null",
+        "cat /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null; true",
     ).stdout
     lines = [line.split("#", 1)[0] for line in listing.splitlines()]
     return set(re.findall(r"https?://([^/\s:]+)", "\n".join(lines)))
