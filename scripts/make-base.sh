@@ -169,3 +169,9 @@ log "imported $tag in $((SECONDS - start))s"
 log "image id: $image_id"
 log "layer diff_id: $(docker image inspect --format '{{index .RootFS.Layers 0}}' "$tag") (equals the tarball's sha256)"
 log "image size: $(docker image inspect --format '{{.Size}}' "$tag") bytes"
+# The record `invoke build` and the build report can point at: which base, from which tarball.
+record="$out/$(basename "${tag//:/-}").json"
+printf '{"tag": "%s", "image_id": "%s", "layer": "%s", "tarball_sha256": "%s", "source_date_epoch": %s}\n' \
+    "$tag" "$image_id" "$(docker image inspect --format '{{index .RootFS.Layers 0}}' "$tag")" \
+    "$(sha256sum "$tarball" | cut -d' ' -f1)" "$epoch" >"$record"
+log "recorded in $record"
