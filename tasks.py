@@ -25,7 +25,7 @@ from dlimages.builder import engine_problem, image_exists, run_builds, summary_t
 from dlimages.buildplan import Secrets, default_ca_bundle, plan_build
 from dlimages.cells import Selection, select
 from dlimages.errors import InputError, Problem
-from dlimages.mirrors import resolve
+from dlimages.mirrors import debian_mirrors, resolve
 from dlimages.project import Project, find_root
 from dlimages.render import render_tree, stale_files, write_tree
 from dlimages.tables import cells_table, exclusions_text
@@ -179,12 +179,16 @@ def build(
         "check": "build the tarball twice and fail unless both are byte-identical",
     }
 )
+@reports_input_errors
 def base(c: Context, mirror: str | None = None, check: bool = False) -> None:
     """Make the offline Debian 12 base image (mmdebstrap from an apt mirror, then docker import)."""
     root = _project().root
     args = ["bash", str(root / "scripts/make-base.sh")]
     if mirror:
         args += ["--mirror", mirror]
+    else:
+        main, security = debian_mirrors()
+        args += ["--mirror", main, "--security-mirror", security]
     if check:
         args.append("--check")
     c.run(shlex.join(args), pty=False)

@@ -9,13 +9,13 @@
 #   --include  extra packages, comma-separated (default none: Dockerfiles apt-get install
 #              what they need from the same mirror, so the base stays one small layer)
 #   --check    build the tarball twice and fail unless both are byte-identical
-#   --mirror   Debian mirror URL to bootstrap from (default: read from the host's apt sources);
-#              the security mirror is then URL-security unless --security-mirror is given
+#   --mirror   Debian mirror URL to bootstrap from (required; `invoke base` reads it from the host's
+#              apt sources); the security mirror is URL-security unless --security-mirror is given
 #
 # The image's own apt sources (deb822, as in the official debian image) name the mirror it was
 # bootstrapped from; a mirror profile rewrites them at build time.
 #
-# The mirror is read from the host's apt configuration at run time and never written here.
+# The mirror comes in at run time (from the host's apt configuration, via `invoke base`), never written here.
 # The tarball is only reproducible while the mirror serves the same package versions: a
 # point release or security update changes it. The image ID is not reproducible either,
 # because `docker import` stamps the config with the current time; the layer (diff_id) is.
@@ -50,59 +50,12 @@ die() { printf 'make-base.sh: error: %s\n' "$*" >&2; exit 1; }
 command -v mmdebstrap >/dev/null || die "mmdebstrap missing: run .ci/engine.sh first"
 docker info >/dev/null 2>&1 || die "no Docker engine answers: run .ci/engine.sh first"
 
-# Print the first URI of an enabled `deb` source whose Suites include $1. Reads deb822
-# *.sources, then one-line *.list files. Kept in sync with .ci/engine.sh.
-apt_uri_for_suite() {
-    local want="$1" f
-    local -a files=()
-    for f in /etc/apt/sources.list.d/*.sources; do
-        # engine.sh's trixie source must never become the base's mirror.
-        [[ -f "$f" && "$f" != */dlimages-trixie.sources ]] && files+=("$f")
-    done
-    if ((${#files[@]})); then
-        awk -v suite="$want" '
-            BEGIN { RS = ""; FS = "\n" }
-            {
-                types = uris = suites = ""; enabled = "yes"
-                for (i = 1; i <= NF; i++) {
-                    line = $i
-                    if (line ~ /^[ \t]*#/ || index(line, ":") == 0) continue
-                    key = tolower(substr(line, 1, index(line, ":") - 1))
-                    val = substr(line, index(line, ":") + 1)
-                    gsub(/^[ \t]+|[ \t]+$/, "", val)
-                    if (key == "types") types = val
-                    else if (key == "uris") uris = val
-                    else if (key == "suites") suites = val
-                    else if (key == "enabled") enabled = tolower(val)
-                }
-                if (enabled != "no" && (" " types " ") ~ / deb / && (" " suites " ") ~ (" " suite " ")) {
-                    split(uris, u, /[ \t]+/); print u[1]; exit
-                }
-            }' "${files[@]}" | sed 's#/*$##' | head -n1 | grep . && return 0
-    fi
-    files=()
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-        [[ -f "$f" ]] && files+=("$f")
-    done
-    if ((${#files[@]})); then
-        awk -v suite="$want" '
-            $1 == "deb" {
-                sub(/^deb[ \t]+(\[[^]]*\][ \t]+)?/, "")
-                if ($2 == suite) { print $1; exit }
-            }' "${files[@]}" | sed 's#/*$##' | head -n1 | grep . && return 0
-    fi
-    return 1
-}
-
 readonly suite=bookworm
-if [[ -n "$mirror" ]]; then
-    [[ "$mirror" =~ ^https?://[^[:space:]]+$ ]] || die "--mirror must be an http(s) URL, got '$mirror'"
-    mirror="${mirror%/}"
-    [[ -n "$security" ]] || security="$mirror-security"
-else
-    mirror="$(apt_uri_for_suite "$suite")" || die "no '$suite' source in the host's apt configuration (give --mirror URL)"
-    [[ -n "$security" ]] || security="$(apt_uri_for_suite "$suite-security")" || security=""
-fi
+# `invoke base` reads the host's apt sources (dlimages.mirrors.host_apt_uris) and passes them here.
+[[ -n "$mirror" ]] || die "--mirror URL is required (invoke base reads it from this host's apt sources)"
+[[ "$mirror" =~ ^https?://[^[:space:]]+$ ]] || die "--mirror must be an http(s) URL, got '$mirror'"
+mirror="${mirror%/}"
+[[ -n "$security" ]] || security="$mirror-security"
 log "mirror: $mirror${security:+, security: $security}"
 
 sources=("deb $mirror $suite main" "deb $mirror $suite-updates main")

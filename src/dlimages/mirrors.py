@@ -79,24 +79,23 @@ def resolve(matrix: Matrix, profile: str, cell: Cell, sources: Iterable[Path] = 
 
 
 def _host(cell: Cell, sources: Iterable[Path]) -> MirrorArgs:
-    uris = host_apt_uris(sources)
-    notes: list[str] = []
     if cell.os_family != "debian":
-        notes.append(f"the host's apt mirror serves Debian; {cell.os} keeps its upstream apt sources")
-        return MirrorArgs(HOST_PROFILE, notes=tuple(notes))
+        note = f"the host's apt mirror serves Debian; {cell.os} keeps its upstream apt sources"
+        return MirrorArgs(HOST_PROFILE, notes=(note,))
+    main, security = debian_mirrors(sources, flag="--mirror host", instead="a profile from matrix.yaml")
+    return MirrorArgs(HOST_PROFILE, apt=main, apt_security=security)
+
+
+def debian_mirrors(
+    sources: Iterable[Path] = APT_SOURCES, flag: str = "--mirror", instead: str = "--mirror URL"
+) -> tuple[str, str]:
+    """This host's Debian mirror and security mirror, from its apt sources (security defaults to main-security)."""
+    uris = host_apt_uris(sources)
     main = next((u for u in uris if u.rstrip("/").endswith("/debian")), None)
     security = next((u for u in uris if u.rstrip("/").endswith("/debian-security")), None)
     if main is None:
-        raise InputError(
-            [
-                Problem(
-                    "--mirror host", "no Debian mirror found in this host's apt sources", "a profile from matrix.yaml"
-                )
-            ]
-        )
-    return MirrorArgs(
-        HOST_PROFILE, apt=main, apt_security=security or main.rstrip("/") + "-security", notes=tuple(notes)
-    )
+        raise InputError([Problem(flag, "no Debian mirror found in this host's apt sources", instead)])
+    return main, security or main.rstrip("/") + "-security"
 
 
 def host_apt_uris(sources: Iterable[Path] = APT_SOURCES) -> list[str]:
