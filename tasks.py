@@ -365,6 +365,8 @@ def ci(c: Context) -> None:
             timings.append((name, time.monotonic() - start))
     finally:
         c.run(f"bash {root / '.ci/registry.sh'} stop ci", warn=True, hide=True)
+        # Rebuilds leave the previous images untagged (6 GB each): drop those, never a tagged image.
+        c.run("docker image prune -f", warn=True, hide=True)
         print("\n" + "\n".join(f"{name:>40}: {seconds:7.1f} s" for name, seconds in timings), flush=True)
     # Last, so that pytest's closing line is the run's verdict: image tests (registries, built images,
     # Jupyter) and the GPU tests (skipped on a machine without a GPU, never passed).
