@@ -42,6 +42,9 @@ def _assets(root: Path) -> list[GeneratedFile]:
         script = payload / module
         if script.is_file():
             files.append(GeneratedFile(f"{IMAGES_DIR}/assets/{command}", script.read_bytes(), EXECUTABLE))
+    # What both commands import; beside them in /usr/local/bin, the first place a script's imports look.
+    shared = payload / "dl_stack.py"
+    files.append(GeneratedFile(f"{IMAGES_DIR}/assets/dl_stack.py", shared.read_bytes(), REGULAR))
     return files
 
 

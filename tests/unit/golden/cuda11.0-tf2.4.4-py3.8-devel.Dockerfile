@@ -96,7 +96,7 @@ COPY --chown=root:root assets/jupyter_server_config.py /etc/jupyter/jupyter_serv
 EXPOSE 8888
 # Shell comfort and the image's own commands: dl-smoke (GPU smoke test).
 COPY --chown=dev:dev assets/zshrc /home/dev/.zshrc
-COPY --chown=root:root assets/dl-entrypoint assets/dl-smoke /usr/local/bin/
+COPY --chown=root:root assets/dl-entrypoint assets/dl-smoke assets/dl_stack.py /usr/local/bin/
 # Labels last: they change with every release and must not invalidate the layers above.
 COPY --chown=root:root tensorflow/cuda11.0-tf2.4.4-py3.8-devel/cell.json /etc/dlimages/cell.json
 ARG REVISION=unknown

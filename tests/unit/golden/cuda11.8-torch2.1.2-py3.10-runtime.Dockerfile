@@ -107,7 +107,7 @@ COPY --chown=root:root assets/jupyter_server_config.py /etc/jupyter/jupyter_serv
 EXPOSE 8888
 # Shell comfort and the image's own commands: dl-smoke (GPU smoke test) and dl-bench (ResNet-50 training benchmark, PyTorch).
 COPY --chown=dev:dev assets/zshrc /home/dev/.zshrc
-COPY --chown=root:root assets/dl-entrypoint assets/dl-smoke assets/dl-bench /usr/local/bin/
+COPY --chown=root:root assets/dl-entrypoint assets/dl-smoke assets/dl-bench assets/dl_stack.py /usr/local/bin/
 # Labels last: they change with every release and must not invalidate the layers above.
 COPY --chown=root:root pytorch/cuda11.8-torch2.1.2-py3.10-runtime/cell.json /etc/dlimages/cell.json
 ARG REVISION=unknown
