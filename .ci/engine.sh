@@ -2,7 +2,9 @@
 # Bring up a Docker engine with BuildKit (buildx) on a Debian 12 host, idempotently.
 # If an engine already answers `docker info`, it is used as is and nothing is installed.
 #
-# Usage: .ci/engine.sh
+# Usage: .ci/engine.sh [--mirror URL]
+#   --mirror  Debian mirror to install from (default: this host's, read from its apt sources by
+#             dlimages.mirrors, so `pip install -e .` must have run)
 # Env:   DOCKERD_LOG (default /var/log/dockerd.log), DOCKERD_TIMEOUT (seconds, default 60),
 #        DOCKERD_DATA_ROOT (default /var/lib/docker)
 #
@@ -25,51 +27,9 @@ die() { printf 'engine.sh: error: %s\n' "$*" >&2; exit 1; }
 
 engine_answers() { docker info >/dev/null 2>&1; }
 
-# Print the URI of the first enabled `deb` source that carries the host's release suite
-# (e.g. bookworm, not bookworm-security). Reads deb822 *.sources and one-line *.list files.
-# Kept in sync with scripts/make-base.sh.
+# The host's Debian mirror, read by the package (dlimages.mirrors, the one reader of apt sources) unless given.
 host_debian_mirror() {
-    local codename
-    # shellcheck source=/dev/null
-    codename="$(. /etc/os-release && printf '%s' "${VERSION_CODENAME:?}")"
-    local -a files=()
-    local f
-    for f in /etc/apt/sources.list.d/*.sources; do
-        [[ -f "$f" && "$f" != "$TRIXIE_SOURCES" ]] && files+=("$f")
-    done
-    if ((${#files[@]})); then
-        awk -v suite="$codename" '
-            BEGIN { RS = ""; FS = "\n" }
-            {
-                types = uris = suites = ""; enabled = "yes"
-                for (i = 1; i <= NF; i++) {
-                    line = $i
-                    if (line ~ /^[ \t]*#/ || index(line, ":") == 0) continue
-                    key = tolower(substr(line, 1, index(line, ":") - 1))
-                    val = substr(line, index(line, ":") + 1)
-                    gsub(/^[ \t]+|[ \t]+$/, "", val)
-                    if (key == "types") types = val
-                    else if (key == "uris") uris = val
-                    else if (key == "suites") suites = val
-                    else if (key == "enabled") enabled = tolower(val)
-                }
-                if (enabled != "no" && (" " types " ") ~ / deb / && (" " suites " ") ~ (" " suite " ")) {
-                    split(uris, u, /[ \t]+/); print u[1]; exit
-                }
-            }' "${files[@]}" | sed 's#/*$##' | head -n1 | grep . && return 0
-    fi
-    files=()
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-        [[ -f "$f" ]] && files+=("$f")
-    done
-    if ((${#files[@]})); then
-        awk -v suite="$codename" '
-            $1 == "deb" {
-                sub(/^deb[ \t]+(\[[^]]*\][ \t]+)?/, "")
-                if ($2 == suite) { print $1; exit }
-            }' "${files[@]}" | sed 's#/*$##' | head -n1 | grep . && return 0
-    fi
-    return 1
+    python3 -c 'from dlimages.mirrors import debian_mirrors; print(debian_mirrors()[0].rstrip("/"))'
 }
 
 install_packages() {
@@ -167,8 +127,8 @@ main() {
         return
     fi
     [[ $EUID -eq 0 ]] || die "must run as root to install packages and start dockerd"
-    local mirror
-    mirror="$(host_debian_mirror)" || die "no Debian mirror found in /etc/apt/sources.list{,.d}"
+    local mirror="${1:-}"
+    [[ -n "$mirror" ]] || mirror="$(host_debian_mirror)" || die "no Debian mirror found in this host's apt sources"
     log "host Debian mirror: $mirror"
     install_packages "$mirror"
     ensure_buildx_visible
@@ -177,4 +137,8 @@ main() {
     docker info --format 'engine.sh: storage driver {{.Driver}}, cgroup {{.CgroupVersion}}, root {{.DockerRootDir}}'
 }
 
-main "$@"
+case "${1:-}" in
+    --mirror) main "${2:?--mirror needs a URL}" ;;
+    "") main ;;
+    *) die "unknown argument '$1' (usage: .ci/engine.sh [--mirror URL])" ;;
+esac

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import collections
-import subprocess
+import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from dlimages.buildplan import BuildPlan
 from dlimages.cells import Cell
+from dlimages.runner import DEFAULT, Runner
+from dlimages.tables import format_table
+
+log = logging.getLogger(__name__)
 
 # What a failed build printed, mapped to what the person should do about it.
 KNOWN_FAILURES: tuple[tuple[str, str], ...] = (
@@ -60,84 +64,48 @@ def explain_failure(output: Sequence[str]) -> str:
     return f"the build failed: {last[:300]}"
 
 
-def engine_problem(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> str | None:
-    """None when a Docker engine with BuildKit (buildx) answers, else what is wrong and what to do."""
-    try:
-        info = run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=30)
-    except FileNotFoundError:
-        return "the docker CLI is not installed"
-    except subprocess.TimeoutExpired:
-        return "the Docker engine did not answer within 30 s"
-    if info.returncode != 0:
-        return "the Docker engine is not reachable (is dockerd running? `bash .ci/engine.sh` installs and starts one)"
-    buildx = run(["docker", "buildx", "version"], capture_output=True, text=True, timeout=30)
-    if buildx.returncode != 0:
-        return "the docker buildx plugin is missing (`bash .ci/engine.sh` installs it)"
-    return None
-
-
-def image_exists(ref: str) -> bool:
-    result = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, text=True, timeout=60)
-    return result.returncode == 0
-
-
-def _stream(argv: list[str], cwd: Path, out: TextIO, tail: collections.deque[str]) -> int:
-    with subprocess.Popen(
-        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-    ) as proc:
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                out.write(line)
-                tail.append(line.rstrip("\n"))
-            return proc.wait()
-        except KeyboardInterrupt:
-            proc.terminate()
-            proc.wait(timeout=30)
-            raise
-
-
-def run_build(plan: BuildPlan, root: Path, out: TextIO = sys.stdout) -> BuildResult:
+def run_build(plan: BuildPlan, root: Path, out: TextIO = sys.stdout, runner: Runner = DEFAULT) -> BuildResult:
     """Build one cell into an image ID, then apply its tags: a failed or interrupted build tags nothing."""
     plan.iidfile.parent.mkdir(parents=True, exist_ok=True)
     plan.iidfile.unlink(missing_ok=True)
     tail: collections.deque[str] = collections.deque(maxlen=400)
+
+    def show(line: str) -> None:
+        out.write(line + "\n")
+        tail.append(line)
+
     start = time.monotonic()
-    code = _stream(plan.build, root, out, tail)
+    code = runner.stream(plan.build, show, cwd=root)
     seconds = time.monotonic() - start
     if code != 0 or not plan.iidfile.is_file():
         return BuildResult(plan.cell, False, seconds, error=explain_failure(list(tail)))
     image_id = plan.iidfile.read_text().strip()
     for command in plan.tag_commands(image_id):
-        tagged = subprocess.run(command, capture_output=True, text=True, timeout=60)
-        if tagged.returncode != 0:
-            return BuildResult(plan.cell, False, seconds, image_id, error=f"tagging failed: {tagged.stderr.strip()}")
-    size = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{.Size}}", image_id], capture_output=True, text=True, timeout=60
-    )
-    return BuildResult(plan.cell, True, seconds, image_id, int(size.stdout.strip() or 0))
+        tagged = runner(command)
+        if not tagged.ok:
+            return BuildResult(plan.cell, False, seconds, image_id, error=f"tagging failed: {tagged.err.strip()}")
+    size = runner.docker("image", "inspect", "--format", "{{.Size}}", image_id)
+    return BuildResult(plan.cell, True, seconds, image_id, int(size.out.strip() or 0) if size.ok else None)
 
 
 def run_builds(
-    plans: Sequence[BuildPlan], root: Path, *, keep_going: bool, out: TextIO = sys.stdout
+    plans: Sequence[BuildPlan], root: Path, *, keep_going: bool, out: TextIO = sys.stdout, runner: Runner = DEFAULT
 ) -> list[BuildResult]:
     results: list[BuildResult] = []
     for plan in plans:
-        print(f"\n=== building {plan.cell.image}:{plan.cell.immutable_tag}", file=out, flush=True)
+        log.info("\n=== building %s:%s", plan.cell.image, plan.cell.immutable_tag)
         for note in plan.mirror.notes:
-            print(f"note: {note}", file=out)
-        result = run_build(plan, root, out)
+            log.info("note: %s", note)
+        result = run_build(plan, root, out, runner)
         results.append(result)
         if not result.ok:
-            print(f"FAILED {plan.cell.slug}: {result.error}", file=out, flush=True)
+            log.error("FAILED %s: %s", plan.cell.slug, result.error)
             if not keep_going:
                 break
     return results
 
 
 def summary_table(results: Sequence[BuildResult], skipped: Sequence[Cell] = ()) -> str:
-    from dlimages.tables import format_table
-
     rows = [
         [
             r.cell.slug,

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dlimages.cells import Cell
-from dlimages.mirrors import MirrorArgs
+from dlimages.errors import InputError, Problem
+from dlimages.mirrors import MirrorArgs, resolve
 from dlimages.render import IMAGES_DIR
+from dlimages.spec import Matrix
 
 CA_BUNDLE_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 
@@ -20,6 +23,19 @@ class Secrets:
 
     pip_ca: Path | None = None
     netrc: Path | None = None
+
+    @classmethod
+    def from_flags(cls, ca_bundle: str | None, netrc: str | None) -> Secrets:
+        """The secrets the flags name (the CA bundle defaults to this host's); InputError for a missing file."""
+        secrets = cls(Path(ca_bundle) if ca_bundle else default_ca_bundle(), Path(netrc) if netrc else None)
+        problems = [
+            Problem(flag, f"no such file: {path}")
+            for flag, path in (("--ca-bundle", secrets.pip_ca), ("--netrc", secrets.netrc))
+            if path is not None and not path.is_file()
+        ]
+        if problems:
+            raise InputError(problems)
+        return secrets
 
     def argv(self) -> list[str]:
         args: list[str] = []
@@ -75,3 +91,13 @@ def plan_build(
     argv += secrets.argv()
     argv += ["--iidfile", str(iidfile), IMAGES_DIR]
     return BuildPlan(cell, argv, iidfile, mirror)
+
+
+def plan_builds(
+    matrix: Matrix, cells: Sequence[Cell], profile: str, secrets: Secrets, workdir: Path
+) -> list[BuildPlan]:
+    """One plan per cell with the mirror profile resolved for it; each build writes its image ID under workdir."""
+    return [
+        plan_build(cell, resolve(matrix, profile, cell), secrets, iidfile=workdir / f"{cell.slug}.iid")
+        for cell in cells
+    ]

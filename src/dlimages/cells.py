@@ -1,18 +1,20 @@
-"""Expand the matrix into valid cells (and explained exclusions), and select cells from user flags."""
+"""Expand the matrix into its valid cells, every fact resolved, and the excluded combinations with their reasons.
+
+Tags come from tags.py; choosing cells from command-line flags is selection.py's job.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dlimages.compat import FRAMEWORK_TITLES, Candidate, Reason, judge, os_for_python
-from dlimages.errors import InputError, Problem, allowed_list
-from dlimages.spec import MATRIX_FILE, CellRef, Matrix, Variant, version_key
-
-FRAMEWORK_FLAGS = {"pytorch": "torch", "tensorflow": "tf"}
+from dlimages import tags as tag_rules
+from dlimages.compat import Candidate, Reason, judge, os_for_python
+from dlimages.errors import InputError
+from dlimages.spec import Matrix, Variant, version_key
 
 
 @dataclass(frozen=True)
@@ -59,15 +61,18 @@ class Cell:
     notes: tuple[str, ...] = ()
 
     @property
+    def candidate(self) -> Candidate:
+        """The point of the axes this cell is."""
+        return Candidate(self.framework, self.framework_version, self.cuda, self.python, self.flavor)
+
+    @property
     def slug(self) -> str:
         """Every axis in one path- and tag-safe word, e.g. cuda11.8-torch2.1.2-py3.10-runtime."""
-        return (
-            f"cuda{self.cuda}-{FRAMEWORK_FLAGS[self.framework]}{self.framework_version}-py{self.python}-{self.flavor}"
-        )
+        return tag_rules.slug(self.candidate)
 
     @property
     def immutable_tag(self) -> str:
-        return f"{self.release}-{self.slug}"
+        return tag_rules.immutable_tag(self.release, self.candidate)
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -75,7 +80,7 @@ class Cell:
 
     @property
     def refs(self) -> tuple[str, ...]:
-        return tuple(f"{self.image}:{tag}" for tag in self.tags)
+        return tag_rules.image_refs(self.image, self.tags)
 
     @property
     def dockerfile(self) -> str:
@@ -83,7 +88,7 @@ class Cell:
 
     @property
     def title(self) -> str:
-        return f"{FRAMEWORK_TITLES[self.framework]} {self.framework_version}"
+        return self.candidate.title
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -140,7 +145,11 @@ def expand(matrix: Matrix) -> Expansion:
             excluded.append(Exclusion(candidate, tuple(reasons)))
         else:
             cells.append(_make_cell(matrix, candidate))
-    cells = _with_aliases(matrix, cells)
+    aliases, problems = tag_rules.moving_tags(matrix, [cell.candidate for cell in cells])
+    cells = [dataclasses.replace(cell, aliases=tags) for cell, tags in zip(cells, aliases, strict=True)]
+    problems += tag_rules.duplicate_refs(cells)
+    if problems:
+        raise InputError(problems)
     return Expansion(tuple(cells), tuple(excluded))
 
 
@@ -214,235 +223,3 @@ def _install(package: str, version: str, cuda: str, companions: dict[str, str], 
 
 def _has_local_build(name: str, version: str) -> bool:
     return not (name == "torchaudio" and version_key(version) < (2,))
-
-
-def _resolve_ref(cells: Sequence[Cell], framework: str, ref: CellRef) -> list[Cell]:
-    return [
-        cell
-        for cell in cells
-        if cell.framework == framework
-        and cell.cuda == ref.cuda
-        and cell.python == ref.python
-        and cell.flavor == ref.flavor
-        and _version_matches(cell.framework_version, ref.version)
-    ]
-
-
-def _version_matches(full: str, wanted: str) -> bool:
-    return version_key(full)[: len(version_key(wanted))] == version_key(wanted)
-
-
-def _newest(cells: Sequence[Cell]) -> list[Cell]:
-    if not cells:
-        return []
-    top = max(version_key(cell.framework_version) for cell in cells)
-    return [cell for cell in cells if version_key(cell.framework_version) == top]
-
-
-def _with_aliases(matrix: Matrix, cells: list[Cell]) -> list[Cell]:
-    problems: list[Problem] = []
-    aliases: dict[int, list[str]] = {}
-    for framework, image in matrix.images.items():
-        refs: list[tuple[str, str, CellRef]] = [("default", matrix.release, image.default)]
-        refs += [(f"aliases[{i}]", alias.tag, alias) for i, alias in enumerate(image.aliases)]
-        for where, tag, ref in refs:
-            found = _newest(_resolve_ref(cells, framework, ref))
-            if not found:
-                problems.append(
-                    Problem(
-                        f"{MATRIX_FILE}: images.{framework}.{where}",
-                        f"names no valid cell (cuda {ref.cuda}, version {ref.version}, python {ref.python}, "
-                        f"flavor {ref.flavor}); see `invoke matrix --explain`",
-                    )
-                )
-                continue
-            aliases.setdefault(id(found[0]), []).append(tag)
-    result = [dataclasses.replace(cell, aliases=tuple(aliases.get(id(cell), ()))) for cell in cells]
-    seen: dict[str, str] = {}
-    for cell in result:
-        for image_ref in cell.refs:
-            if image_ref in seen:
-                problems.append(
-                    Problem(
-                        f"{MATRIX_FILE}: images",
-                        f"tag {image_ref} is given to two cells: {seen[image_ref]} and {cell.slug}",
-                    )
-                )
-            seen[image_ref] = cell.slug
-    if problems:
-        raise InputError(problems)
-    return result
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What the user asked for on the command line; None means "not given"."""
-
-    cuda: str | None = None
-    framework: str | None = None
-    version: str | None = None
-    python: str | None = None
-    flavor: str | None = None
-
-
-def select(matrix: Matrix, expansion: Expansion, want: Selection, *, defaults: bool = True) -> list[Cell]:
-    """The cells matching the flags, or InputError naming the bad flag and what is allowed.
-
-    A partial version picks the newest matching patch release. With `defaults`, a missing --python or
-    --flavor picks the image default's value where the selection has it, else the newest Python.
-    """
-    _check_flags(matrix, want)
-    cells = [c for c in expansion.cells if _matches(c, want)]
-    if want.version is not None:
-        cells = [c for c in cells if version_key(c.framework_version) == _newest_version(cells, c.framework)]
-    if defaults:
-        cells = _apply_defaults(matrix, cells, want)
-    if not cells:
-        raise InputError([_impossible(matrix, expansion, want)])
-    return cells
-
-
-def _newest_version(cells: Sequence[Cell], framework: str) -> tuple[int, ...]:
-    return max(version_key(c.framework_version) for c in cells if c.framework == framework)
-
-
-def _matches(cell: Cell, want: Selection) -> bool:
-    return (
-        (want.cuda is None or cell.cuda == want.cuda)
-        and (want.framework is None or cell.framework == want.framework)
-        and (want.version is None or _version_matches(cell.framework_version, want.version))
-        and (want.python is None or cell.python == want.python)
-        and (want.flavor is None or cell.flavor == want.flavor)
-    )
-
-
-def _apply_defaults(matrix: Matrix, cells: list[Cell], want: Selection) -> list[Cell]:
-    groups: dict[tuple[str, str, str], list[Cell]] = {}
-    for cell in cells:
-        groups.setdefault((cell.framework, cell.framework_version, cell.cuda), []).append(cell)
-    chosen: list[Cell] = []
-    for (framework, _, _), group in groups.items():
-        default = matrix.images[framework].default
-        if want.flavor is None:
-            flavors = {c.flavor for c in group}
-            flavor = default.flavor if default.flavor in flavors else sorted(flavors)[0]
-            group = [c for c in group if c.flavor == flavor]
-        if want.python is None:
-            pythons = {c.python for c in group}
-            python = default.python if default.python in pythons else max(pythons, key=version_key)
-            group = [c for c in group if c.python == python]
-        chosen += group
-    order = {id(c): i for i, c in enumerate(cells)}
-    return sorted(chosen, key=lambda c: order[id(c)])
-
-
-def _check_flags(matrix: Matrix, want: Selection) -> None:
-    problems: list[Problem] = []
-    if want.cuda is not None and want.cuda not in matrix.axes.cuda:
-        problems.append(Problem("--cuda", f"unknown CUDA version {want.cuda!r}", allowed_list(matrix.axes.cuda)))
-    if want.python is not None and want.python not in matrix.axes.python:
-        problems.append(
-            Problem("--python", f"unknown Python version {want.python!r}", allowed_list(matrix.axes.python))
-        )
-    if want.flavor is not None and want.flavor not in matrix.axes.flavor:
-        problems.append(Problem("--flavor", f"unknown flavor {want.flavor!r}", allowed_list(matrix.axes.flavor)))
-    if want.version is not None:
-        frameworks = [want.framework] if want.framework else list(matrix.frameworks)
-        known = [v for fw in frameworks for v in matrix.frameworks[fw].releases]
-        flag = f"--{FRAMEWORK_FLAGS[want.framework]}" if want.framework else "--version"
-        if not _is_version(want.version):
-            problems.append(Problem(flag, f"{want.version!r} is not a version", f"e.g. {known[-1]}"))
-        elif not any(_version_matches(v, want.version) for v in known):
-            problems.append(Problem(flag, f"no release matches {want.version!r}", allowed_list(known)))
-    if problems:
-        raise InputError(problems)
-
-
-def _is_version(text: str) -> bool:
-    return all(part.isdigit() for part in text.split("."))
-
-
-def _impossible(matrix: Matrix, expansion: Expansion, want: Selection) -> Problem:
-    """Explain why nothing matched, and offer the nearest valid cells."""
-    reasons: list[str] = []
-    for ex in expansion.excluded:
-        c = ex.candidate
-        if (
-            (want.cuda is None or c.cuda == want.cuda)
-            and (want.framework is None or c.framework == want.framework)
-            and (want.version is None or _version_matches(c.version, want.version))
-            and (want.python is None or c.python == want.python)
-            and (want.flavor is None or c.flavor == want.flavor)
-        ):
-            # Without --cuda, "not published for CUDA X" says nothing: other CUDA versions were tried too.
-            reasons += [str(r) for r in ex.reasons if want.cuda is not None or r.rule != "cuda-build"]
-    unique = list(dict.fromkeys(reasons))
-    preferred = {fw: image.default.python for fw, image in matrix.images.items()}
-    nearest = nearest_cells(expansion.cells, want, preferred)
-    message = "no valid cell matches this selection"
-    if unique:
-        message += ": " + "; ".join(unique[:4])
-    if nearest:
-        message += ". Nearest valid: " + "; ".join(_flags_for(c) for c in nearest)
-    return Problem(_flags_text(want), message)
-
-
-def nearest_cells(
-    cells: Sequence[Cell], want: Selection, preferred_python: dict[str, str] | None = None, limit: int = 3
-) -> list[Cell]:
-    """Valid cells differing from the request in the fewest given flags, then by version distance,
-    then preferring the image's default Python."""
-    preferred = preferred_python or {}
-
-    def distance(cell: Cell) -> tuple[int, float, bool]:
-        misses = sum(
-            1
-            for given, actual in (
-                (want.cuda, cell.cuda),
-                (want.python, cell.python),
-                (want.flavor, cell.flavor),
-            )
-            if given is not None and given != actual
-        )
-        if want.framework is not None and cell.framework != want.framework:
-            misses += 10
-        version_gap = 0.0
-        if want.version is not None:
-            misses += 0 if _version_matches(cell.framework_version, want.version) else 1
-            a, b = version_key(cell.framework_version), version_key(want.version)
-            version_gap = abs((a[0] * 100 + (a[1] if len(a) > 1 else 0)) - (b[0] * 100 + (b[1] if len(b) > 1 else 0)))
-        return misses, version_gap, cell.python != preferred.get(cell.framework)
-
-    ranked = sorted(cells, key=distance)
-    seen: set[str] = set()
-    result: list[Cell] = []
-    for cell in ranked:
-        key = f"{cell.framework}{cell.framework_version}{cell.cuda}"
-        if key not in seen:
-            seen.add(key)
-            result.append(cell)
-        if len(result) == limit:
-            break
-    return result
-
-
-def _flags_for(cell: Cell) -> str:
-    return (
-        f"--cuda {cell.cuda} --{FRAMEWORK_FLAGS[cell.framework]} {cell.framework_version} "
-        f"--python {cell.python} --flavor {cell.flavor}"
-    )
-
-
-def _flags_text(want: Selection) -> str:
-    parts = []
-    if want.cuda:
-        parts.append(f"--cuda {want.cuda}")
-    if want.version:
-        parts.append(f"--{FRAMEWORK_FLAGS[want.framework]} {want.version}" if want.framework else want.version)
-    elif want.framework:
-        parts.append(f"--{FRAMEWORK_FLAGS[want.framework]}")
-    if want.python:
-        parts.append(f"--python {want.python}")
-    if want.flavor:
-        parts.append(f"--flavor {want.flavor}")
-    return " ".join(parts) or "(no flags)"

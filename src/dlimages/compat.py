@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlimages.spec import Matrix, Release, Variant, version_key
-
-FRAMEWORK_TITLES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
+from dlimages.payload.dl_stack import FRAMEWORKS
+from dlimages.spec import Matrix, Release, Variant, version_key, version_matches
 
 
 @dataclass(frozen=True)
@@ -23,9 +22,34 @@ class Candidate:
     python: str
     flavor: str
 
+    @property
+    def title(self) -> str:
+        """How people write the framework release, e.g. PyTorch 2.1.2."""
+        return f"{FRAMEWORKS[self.framework].title} {self.version}"
+
     def describe(self) -> str:
-        title = FRAMEWORK_TITLES[self.framework]
-        return f"{title} {self.version} + CUDA {self.cuda} + Python {self.python} ({self.flavor})"
+        return f"{self.title} + CUDA {self.cuda} + Python {self.python} ({self.flavor})"
+
+    def matches(
+        self,
+        *,
+        framework: str | None = None,
+        version: str | None = None,
+        cuda: str | None = None,
+        python: str | None = None,
+        flavor: str | None = None,
+    ) -> bool:
+        """Whether this point has every axis value given (None: any value); a partial version, 2.1, has 2.1.2.
+
+        The one predicate behind command-line selections and matrix.yaml's references to cells.
+        """
+        return (
+            framework in (None, self.framework)
+            and (version is None or version_matches(self.version, version))
+            and cuda in (None, self.cuda)
+            and python in (None, self.python)
+            and flavor in (None, self.flavor)
+        )
 
 
 @dataclass(frozen=True)
@@ -53,7 +77,7 @@ def judge(matrix: Matrix, candidate: Candidate) -> list[Reason]:
     """Every reason the candidate is not a valid cell; empty when it is valid."""
     framework = matrix.frameworks[candidate.framework]
     release = framework.releases[candidate.version]
-    title = f"{FRAMEWORK_TITLES[candidate.framework]} {candidate.version}"
+    title = candidate.title
     reasons: list[Reason] = []
     variant = release.variants.get(candidate.cuda)
     if variant is None:

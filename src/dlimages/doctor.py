@@ -1,7 +1,7 @@
 """The GPU-node doctor: which images of the matrix will run on a GPU node, and why not.
 
 Pure functions decide (`kernels_for`, `verdict`, `report`, `format_report`) from a `Node`; only the probe
-(`probe_host` and its helpers) runs commands, each with a timeout and an injectable `run` for tests.
+(`probe_host` and its helpers) runs commands, through a `Runner` that tests replace.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import importlib
 import json
 import re
 import shutil
-import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,8 @@ from typing import Any
 
 from dlimages.cells import Cell
 from dlimages.errors import InputError, Problem
-
-Run = Callable[..., "subprocess.CompletedProcess[str]"]
+from dlimages.payload import dl_stack
+from dlimages.runner import DEFAULT, Runner
 
 NVIDIA_SMI_TIMEOUT_S = 20  # a wedged driver makes nvidia-smi hang rather than fail
 DOCKER_TIMEOUT_S = 15
@@ -74,7 +73,7 @@ def parse_arch(text: str) -> str:
     for form in _ARCH_FORMS:
         match = form.fullmatch(cleaned)
         if match:
-            return f"sm_{int(match['major'])}{match['minor']}"
+            return dl_stack.arch_name((int(match["major"]), int(match["minor"])))
     raise InputError([Problem("--gpu", f"{text!r} is not a GPU architecture", "e.g. sm_90 or 9.0")])
 
 
@@ -121,12 +120,6 @@ def node_from_flags(gpu: str | None, driver: str | None, probe: Callable[[], Nod
 # --- deciding ------------------------------------------------------------------------------------------
 
 
-def _arch_key(arch: str) -> tuple[int, int]:
-    """(major, minor) of sm_XY or compute_XY; the minor is always the last digit (sm_100 is 10.0)."""
-    digits = arch.rsplit("_", 1)[1]
-    return int(digits[:-1]), int(digits[-1])
-
-
 def _driver_key(version: str) -> tuple[int, int, int]:
     parts = [int(part) for part in version.split(".")]
     parts += [0] * (3 - len(parts))
@@ -134,31 +127,27 @@ def _driver_key(version: str) -> tuple[int, int, int]:
 
 
 def kernels_for(cell: Cell, arch: str) -> str | None:
-    """How the cell's framework runs on a GPU of `arch`: "sass sm_XY", "ptx compute_XY (JIT)", or None.
+    """How the cell's framework runs on a GPU of `arch` (sm_XY): "sass sm_XY", "ptx compute_XY (JIT)", or None.
 
-    SASS (cubin) runs on GPUs of the same major architecture with an equal or higher minor; PTX is
-    JIT-compiled by the driver for any GPU at or above its architecture. The best fit is named: the
-    newest compatible SASS, else the newest usable PTX.
+    The rule is the payload's `dl_stack.kernel_for_capability`, the one dl-smoke checks inside the image: SASS
+    (cubin) runs on GPUs of the same major architecture with an equal or higher minor; PTX is JIT-compiled by
+    the driver for any GPU at or above its architecture. The best fit is named: the newest compatible SASS, else
+    the newest usable PTX.
     Example: an sm_80-only build on an A10 (sm_86) -> "sass sm_80"; TensorFlow's compute_80 on an H100 ->
     "ptx compute_80 (JIT)".
     """
-    major, minor = _arch_key(arch)
-    sass = [a for a in cell.arch_sass if _arch_key(a)[0] == major and _arch_key(a)[1] <= minor]
-    if sass:
-        return f"sass {max(sass, key=_arch_key)}"
-    ptx = [a for a in cell.arch_ptx if _arch_key(a) <= (major, minor)]
-    if ptx:
-        return f"ptx {_ptx_name(max(ptx, key=_arch_key))} (JIT)"
-    return None
+    gpu = dl_stack.parse_arch(arch)
+    if gpu is None:
+        raise ValueError(f"{arch!r} is not a GPU architecture; parse_arch() makes one")
+    kernel = dl_stack.kernel_for_capability((gpu.major, gpu.minor), _arch_list(cell))
+    if kernel is None:
+        return None
+    return f"ptx {kernel} (JIT)" if kernel.startswith("compute_") else f"sass {kernel}"
 
 
-def _ptx_name(arch: str) -> str:
-    """The matrix lists PTX targets as sm_XY; nvcc and the reports call them compute_XY."""
-    return f"compute_{arch.rsplit('_', 1)[1]}"
-
-
-def _arch_list(cell: Cell) -> str:
-    return ", ".join([*cell.arch_sass, *(_ptx_name(a) for a in cell.arch_ptx)])
+def _arch_list(cell: Cell) -> list[str]:
+    """The build's arch list as the framework reports it: the matrix's PTX targets sm_XY become compute_XY."""
+    return [*cell.arch_sass, *(f"compute_{arch.removeprefix('sm_')}" for arch in cell.arch_ptx)]
 
 
 def verdict(cell: Cell, node: Node) -> Verdict:
@@ -192,7 +181,7 @@ def verdict(cell: Cell, node: Node) -> Verdict:
             continue
         kernels = kernels_for(cell, gpu.arch)
         if kernels is None:
-            reasons.append(f"no kernels for {gpu.arch} ({label}) in this build: it has {_arch_list(cell)}")
+            reasons.append(f"no kernels for {gpu.arch} ({label}) in this build: it has {', '.join(_arch_list(cell))}")
         elif kernels.startswith("ptx"):
             notes.append(
                 f"{gpu.arch} ({label}) runs {kernels}: the driver compiles kernels on first use, so the first "
@@ -301,7 +290,7 @@ def _common(rows: Sequence[dict[str, object]], key: str) -> list[str]:
 
 
 def probe_host(
-    run: Run = subprocess.run,
+    runner: Runner = DEFAULT,
     *,
     nvml_capabilities: Callable[[], list[tuple[int, int]] | None] | None = None,
     cdi_dirs: Sequence[Path] = CDI_DIRS,
@@ -312,32 +301,29 @@ def probe_host(
     nvidia-smi older than ~510 has no compute_cap field: then the GPUs' archs come from pynvml when it is
     installed, else stay unknown. Nothing here raises for a missing tool: it becomes a fact of the node.
     """
-    driver, gpus = probe_gpus(run, nvml_capabilities or _nvml_capabilities)
-    runtime = probe_container_runtime(run, cdi_dirs=cdi_dirs, which=which)
+    driver, gpus = probe_gpus(runner, nvml_capabilities or _nvml_capabilities)
+    runtime = probe_container_runtime(runner, cdi_dirs=cdi_dirs, which=which)
     return Node(driver=driver, gpus=gpus, container_runtime=runtime, source="this host")
 
 
-def _call(run: Run, argv: list[str], timeout: float) -> str | None:
+def _stdout(runner: Runner, argv: list[str], timeout: float) -> str | None:
     """stdout of a successful command; None when it is missing, fails or hangs."""
-    try:
-        done = run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
+    done = runner(argv, timeout=timeout)
+    return done.out if done.ok else None
 
 
 def probe_gpus(
-    run: Run, nvml_capabilities: Callable[[], list[tuple[int, int]] | None]
+    runner: Runner, nvml_capabilities: Callable[[], list[tuple[int, int]] | None]
 ) -> tuple[str | None, tuple[Gpu, ...]]:
     """(driver, GPUs) from nvidia-smi; (None, ()) when nvidia-smi is missing or cannot talk to a driver."""
     query = ["nvidia-smi", "--format=csv,noheader"]
-    out = _call(run, [*query, "--query-gpu=name,compute_cap,driver_version"], NVIDIA_SMI_TIMEOUT_S)
+    out = _stdout(runner, [*query, "--query-gpu=name,compute_cap,driver_version"], NVIDIA_SMI_TIMEOUT_S)
     if out is not None:
         fields = [parts for parts in (line.rsplit(",", 2) for line in out.splitlines()) if len(parts) == 3]
         rows = [(name.strip(), _arch_or_none(cap), version.strip()) for name, cap, version in fields]
     else:
         # Older nvidia-smi refuses the whole query for the unknown compute_cap field.
-        out = _call(run, [*query, "--query-gpu=name,driver_version"], NVIDIA_SMI_TIMEOUT_S)
+        out = _stdout(runner, [*query, "--query-gpu=name,driver_version"], NVIDIA_SMI_TIMEOUT_S)
         if out is None:
             return None, ()
         pairs = [parts for parts in (line.rsplit(",", 1) for line in out.splitlines()) if len(parts) == 2]
@@ -383,14 +369,14 @@ def _nvml_capabilities() -> list[tuple[int, int]] | None:
 
 
 def probe_container_runtime(
-    run: Run, *, cdi_dirs: Sequence[Path] = CDI_DIRS, which: Callable[[str], str | None] = shutil.which
+    runner: Runner, *, cdi_dirs: Sequence[Path] = CDI_DIRS, which: Callable[[str], str | None] = shutil.which
 ) -> bool | None:
     """True when Docker can hand GPUs to containers, False when it cannot, None when Docker does not answer.
 
     Docker can do it through the nvidia runtime registered in daemon.json, through `--gpus` with the
     toolkit's nvidia-container-runtime-hook on PATH, or through a CDI spec (`--device nvidia.com/gpu=all`).
     """
-    out = _call(run, ["docker", "info", "--format", "{{json .Runtimes}}"], DOCKER_TIMEOUT_S)
+    out = _stdout(runner, ["docker", "info", "--format", "{{json .Runtimes}}"], DOCKER_TIMEOUT_S)
     if out is None:
         return None
     try:

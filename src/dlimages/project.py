@@ -1,4 +1,4 @@
-"""The project as the tasks see it: the repo root, its validated matrix and the expanded cells."""
+"""The project as the tasks see it: the repo root, its validated matrix, the expanded cells, the rendered tree."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from functools import cached_property
 from pathlib import Path
 
 from dlimages.cells import Expansion, expand
+from dlimages.errors import InputError
+from dlimages.render import GeneratedFile, render_tree, stale_files, write_tree
 from dlimages.spec import MATRIX_FILE, Matrix, load_matrix
 
 
@@ -21,6 +23,23 @@ class Project:
     @cached_property
     def expansion(self) -> Expansion:
         return expand(self.matrix)
+
+    def rendered(self) -> list[GeneratedFile]:
+        """Everything images/ should hold, in memory (nothing is written when a template fails)."""
+        return render_tree(self.root, self.matrix, self.expansion)
+
+    def check_rendered(self) -> int:
+        """How many files images/ holds; InputError naming every stale, hand-edited, missing or extra file."""
+        files = self.rendered()
+        problems = stale_files(self.root, files)
+        if problems:
+            raise InputError(problems, heading=f"images/ is out of date ({len(problems)} files):")
+        return len(files)
+
+    def write_rendered(self) -> tuple[list[str], int]:
+        """Bring images/ in line with the sources: what changed ("wrote X", "removed Y") and how many files."""
+        files = self.rendered()
+        return write_tree(self.root, files), len(files)
 
 
 def find_root(start: Path | None = None) -> Path:

@@ -1,42 +1,28 @@
-"""Push built images to registries, prove each push by pulling its digest back, and report what was published.
+"""Push built images to registries and prove each push by pulling its digest back.
 
-Deciding is pure (`registry_ref`, `plan_push`, `failure_kind`, `parse_digest`, `build_report`); only `push_image`,
-`image_manifest` and `write_report` have side effects, and the first two run every command through an injectable
-`run` (subprocess.run's signature) so unit tests need no Docker.
+Deciding is pure (`plan_push`, `failure_kind`, `parse_digest`); `push_image` runs every command through a
+`Runner`, so unit tests hand in a fake docker and need no engine.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import re
-import subprocess
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from dlimages.errors import InputError, Problem
+from dlimages.references import REGISTRY_ALLOWED, ref_problems, registry_problems, registry_ref, split_tag
+from dlimages.runner import DEFAULT, Result, Runner
 
-Run = Callable[..., "subprocess.CompletedProcess[str]"]
 Sleep = Callable[[float], None]
 Failure = Literal["auth", "transient", "unreachable", "other"]
 
 PUSH_TIMEOUT_S = 3600.0  # a multi-GB CUDA image over a slow uplink; a hang beyond this counts as transient
 INSPECT_TIMEOUT_S = 30.0
-MANIFEST_TIMEOUT_S = 300.0
-VENV_PYTHON = "/opt/venv/bin/python"
-REGISTRY_ALLOWED = "host[:port][/path], e.g. 127.0.0.1:5000 or registry.example.com/team"
 
-# docker's reference grammar (distribution/reference): what `docker tag` accepts.
-_HOST_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-_HOST = re.compile(rf"{_HOST_PART}(?:\.{_HOST_PART})*|\[[0-9A-Fa-f:.]+\]")
-_PATH_PART = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
-_TAG = re.compile(r"[\w][\w.-]{0,127}")
-_MAX_NAME = 255  # docker refuses repository names longer than this
 _DIGEST_LINE = re.compile(r"^(?P<tag>\S+): digest: (?P<digest>sha256:[0-9a-f]{64}) size: \d+\s*$", re.MULTILINE)
 
 # Order matters: an engine problem is neither the registry's fault nor worth retrying, and a refusal of
@@ -102,11 +88,11 @@ class PushTarget:
     @property
     def repository(self) -> str:
         """The remote ref without its tag: what `docker pull REPOSITORY@DIGEST` takes."""
-        return _split_tag(self.remote_ref)[0]
+        return split_tag(self.remote_ref)[0]
 
     @property
     def tag(self) -> str:
-        return _split_tag(self.remote_ref)[1] or "latest"
+        return split_tag(self.remote_ref)[1] or "latest"
 
     def result(self, error: str | None, attempts: int = 0, digest: str | None = None, **seconds: float) -> PushResult:
         """Verified exactly when nothing went wrong."""
@@ -114,70 +100,6 @@ class PushTarget:
 
 
 # --- deciding (pure) -------------------------------------------------------------------------------------------
-
-
-def registry_problems(registry: str) -> list[Problem]:
-    """Everything wrong with one --registry value, worded for the person who typed it."""
-
-    def problem(message: str) -> list[Problem]:
-        return [Problem("--registry", f"'{registry}' {message}", REGISTRY_ALLOWED)]
-
-    if not registry:
-        return problem("is empty")
-    if "://" in registry:
-        return problem("has a scheme: give the address only (docker picks https, or http for 127.0.0.1)")
-    if any(ch.isspace() for ch in registry):
-        return problem("contains whitespace")
-    if registry.endswith("/"):
-        return problem("ends with '/'")
-    host_port, _, path = registry.partition("/")
-    host, port = host_port, ""
-    if not host_port.endswith("]") and ":" in host_port:
-        host, _, port = host_port.rpartition(":")
-    if not _HOST.fullmatch(host):
-        return problem(f"has no valid host name ('{host}')")
-    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
-        return problem(f"has port '{port}', not a number from 1 to 65535")
-    if not port and "." not in host and not host.startswith("[") and host != "localhost":
-        # docker reads a first component without '.' or ':' as a Docker Hub namespace, so the push
-        # would silently go to docker.io/<registry>/...
-        return problem(
-            "would be read by docker as a Docker Hub namespace: give a host with a dot, a port, or localhost"
-        )
-    bad = [part for part in path.split("/") if not _PATH_PART.fullmatch(part)] if path else []
-    if bad:
-        return problem(f"has path part '{bad[0]}': lowercase letters, digits and single '.', '_' or '-' between them")
-    return []
-
-
-def ref_problems(image_ref: str) -> list[Problem]:
-    """Everything wrong with a local image ref that is to be pushed under a registry prefix."""
-
-    def problem(message: str, allowed: str = "repository[:tag], e.g. lab/pytorch-universal-dev:v1.0") -> list[Problem]:
-        return [Problem(f"image '{image_ref}'", message, allowed)]
-
-    if "@" in image_ref:
-        return problem("is a digest reference: push a tag")
-    name, tag = _split_tag(image_ref)
-    if tag is not None and not _TAG.fullmatch(tag):
-        return problem(f"has tag '{tag}': letters, digits, '_', '.', '-', at most 128, not starting with '.' or '-'")
-    parts = name.split("/")
-    if not name or any(not _PATH_PART.fullmatch(part) for part in parts):
-        return problem("is not a repository name: lowercase path parts separated by '/'")
-    if len(parts) > 1 and ("." in parts[0] or parts[0] == "localhost"):
-        return problem(f"already names a registry ('{parts[0]}'): give the repository without it")
-    return []
-
-
-def registry_ref(registry: str, image_ref: str) -> str:
-    """The ref `image_ref` gets in `registry`: ("127.0.0.1:5000", "lab/x:v1") -> "127.0.0.1:5000/lab/x:v1"."""
-    problems = registry_problems(registry) + ref_problems(image_ref)
-    remote = f"{registry}/{image_ref}"
-    if not problems and len(_split_tag(remote)[0]) > _MAX_NAME:
-        problems.append(Problem(f"image '{image_ref}'", f"with '{registry}' is longer than {_MAX_NAME} characters"))
-    if problems:
-        raise InputError(problems)
-    return remote
 
 
 def plan_push(refs: Sequence[str], registries: Sequence[str]) -> list[PushTarget]:
@@ -219,48 +141,20 @@ def parse_digest(output: str, tag: str | None = None) -> str | None:
     return found[-1][1] if found else None
 
 
-def build_report(results: Iterable[PushResult], manifests: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per local ref: its manifest (`image_manifest`) and where it was pushed, in a stable order."""
-    pushed: dict[str, list[dict[str, object]]] = {}
-    for result in results:
-        pushed.setdefault(result.ref, []).append(result.as_json())
-    refs = sorted(set(pushed) | set(manifests))
-    return [
-        {
-            "ref": ref,
-            "image": dict(manifests.get(ref, {})),
-            "pushed": sorted(pushed.get(ref, []), key=lambda item: str(item["remote_ref"])),
-        }
-        for ref in refs
-    ]
-
-
-def _split_tag(ref: str) -> tuple[str, str | None]:
-    """("host:5000/a/b:t") -> ("host:5000/a/b", "t"): a ':' after the last '/' starts the tag."""
-    slash = ref.rfind("/")
-    colon = ref.rfind(":")
-    return (ref[:colon], ref[colon + 1 :]) if colon > slash else (ref, None)
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "no output"
-
-
 # --- doing (side effects) --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Outcome:
-    ok: bool
-    output: str
-    error_output: str
+    """A command's last try, how many tries it took, and (when it failed) how."""
+
+    last: Result
     attempts: int
     kind: Failure | None = None
 
     @property
-    def last_line(self) -> str:
-        return _last_line(self.error_output or self.output)
+    def ok(self) -> bool:
+        return self.last.ok
 
 
 def push_image(
@@ -269,7 +163,7 @@ def push_image(
     *,
     retries: int = 3,
     backoff: float = 2.0,
-    run: Run = subprocess.run,
+    runner: Runner = DEFAULT,
     sleep: Sleep = time.sleep,
     timeout: float = PUSH_TIMEOUT_S,
 ) -> list[PushResult]:
@@ -294,7 +188,7 @@ def push_image(
     if problems:
         raise InputError(problems)
     targets = plan_push(refs, registries)
-    local_ids = _local_ids(run, list(dict.fromkeys(refs)))
+    local_ids = _local_ids(runner, list(dict.fromkeys(refs)))
 
     results: list[PushResult] = []
     given_up: dict[str, str] = {}  # registry -> why the rest of its refs are not tried
@@ -302,7 +196,7 @@ def push_image(
         if target.registry in given_up:
             results.append(PushResult(target.registry, target.ref, target.remote_ref, error=given_up[target.registry]))
             continue
-        result, give_up = _push_one(target, local_ids[target.ref], run, sleep, retries, backoff, timeout)
+        result, give_up = _push_one(target, local_ids[target.ref], runner, sleep, retries, backoff, timeout)
         if give_up and result.error:
             given_up[target.registry] = result.error
         results.append(result)
@@ -315,18 +209,17 @@ def push_image(
     return results
 
 
-def _local_ids(run: Run, refs: list[str]) -> dict[str, str]:
+def _local_ids(runner: Runner, refs: list[str]) -> dict[str, str]:
     """The image ID of each local ref; InputError naming every ref that is not a local image."""
     ids: dict[str, str] = {}
     missing: list[Problem] = []
     for ref in refs:
-        done = _call(run, ["docker", "image", "inspect", "--format", "{{.Id}}", ref], INSPECT_TIMEOUT_S)
-        if done.returncode == 0 and done.stdout.strip():
-            ids[ref] = done.stdout.strip()
+        done = runner(["docker", "image", "inspect", "--format", "{{.Id}}", ref], timeout=INSPECT_TIMEOUT_S)
+        if done.ok and done.out.strip():
+            ids[ref] = done.out.strip()
             continue
-        text = done.stderr or done.stdout
-        if _ENGINE.search(text) or done.returncode in (124, 127):
-            raise PushError(f"the Docker engine is not reachable ({_last_line(text)}): is dockerd running?")
+        if _ENGINE.search(done.err or done.out) or done.hung or done.missing:
+            raise PushError(f"the Docker engine is not reachable ({done.last_line}): is dockerd running?")
         missing.append(Problem(f"image '{ref}'", "is not a local image", "a ref built by `invoke build`"))
     if missing:
         raise InputError(missing)
@@ -334,42 +227,42 @@ def _local_ids(run: Run, refs: list[str]) -> dict[str, str]:
 
 
 def _push_one(
-    target: PushTarget, local_id: str, run: Run, sleep: Sleep, retries: int, backoff: float, timeout: float
+    target: PushTarget, local_id: str, runner: Runner, sleep: Sleep, retries: int, backoff: float, timeout: float
 ) -> tuple[PushResult, bool]:
     """The result, and whether the registry's other refs are not worth trying (credentials refused, unreachable)."""
     ref, remote, result = target.ref, target.remote_ref, target.result
 
-    existing = _image_id(run, remote)
+    existing = runner.image_id(remote)
     if existing is not None and existing != local_id:
         return result(f"{remote} already tags another local image ({existing[:19]}); remove that tag first"), False
     made_tag = existing is None
     if made_tag:
-        done = _call(run, ["docker", "tag", ref, remote], INSPECT_TIMEOUT_S)
-        if done.returncode != 0:
-            return result(f"`docker tag {ref} {remote}` failed: {_last_line(done.stderr or done.stdout)}"), False
+        done = runner(["docker", "tag", ref, remote], timeout=INSPECT_TIMEOUT_S)
+        if not done.ok:
+            return result(f"`docker tag {ref} {remote}` failed: {done.last_line}"), False
     try:
-        pushed, give_up = _push_tagged(target, local_id, run, sleep, retries, backoff, timeout)
+        pushed, give_up = _push_tagged(target, local_id, runner, sleep, retries, backoff, timeout)
     finally:
-        left = _untag(run, ref, remote, local_id) if made_tag else None  # also when interrupted
+        left = _untag(runner, ref, remote, local_id) if made_tag else None  # also when interrupted
     if left:
         pushed = dataclasses.replace(pushed, error=f"{pushed.error}; {left}" if pushed.error else left)
     return pushed, give_up
 
 
 def _push_tagged(
-    target: PushTarget, local_id: str, run: Run, sleep: Sleep, retries: int, backoff: float, timeout: float
+    target: PushTarget, local_id: str, runner: Runner, sleep: Sleep, retries: int, backoff: float, timeout: float
 ) -> tuple[PushResult, bool]:
     registry, ref, remote, result = target.registry, target.ref, target.remote_ref, target.result
 
     started = time.monotonic()
-    pushed = _with_retries(run, ["docker", "push", remote], retries, backoff, sleep, timeout)
+    pushed = _with_retries(runner, ["docker", "push", remote], retries, backoff, sleep, timeout)
     push_seconds = time.monotonic() - started
     if not pushed.ok:
         give_up = pushed.kind in ("auth", "transient", "unreachable")
         return result(_push_message(target, pushed), pushed.attempts, push_seconds=push_seconds), give_up
-    digest = parse_digest(pushed.output, target.tag)
+    digest = parse_digest(pushed.last.out, target.tag)
     if digest is None:
-        no_digest = f"`docker push {remote}` succeeded but printed no digest: {pushed.last_line}"
+        no_digest = f"`docker push {remote}` succeeded but printed no digest: {pushed.last.last_line}"
         return result(no_digest, pushed.attempts, push_seconds=push_seconds), False
 
     # The daemon checks that the manifest it fetches hashes to `digest`, and the image ID is the digest
@@ -377,12 +270,12 @@ def _push_tagged(
     # Layers are not downloaded again (they are local); the registry refused the manifest had any been missing.
     started = time.monotonic()
     pinned = f"{target.repository}@{digest}"
-    pulled = _with_retries(run, ["docker", "pull", pinned], retries, backoff, sleep, timeout)
-    pulled_id = _image_id(run, pinned) if pulled.ok else None
+    pulled = _with_retries(runner, ["docker", "pull", pinned], retries, backoff, sleep, timeout)
+    pulled_id = runner.image_id(pinned) if pulled.ok else None
     verify_seconds = time.monotonic() - started
     error: str | None = None
     if not pulled.ok:
-        error = f"{registry} took {ref} as {digest}, but pulling it back failed: {pulled.last_line}"
+        error = f"{registry} took {ref} as {digest}, but pulling it back failed: {pulled.last.last_line}"
     elif pulled_id != local_id:
         error = f"verification failed: {pinned} is image {pulled_id}, but {ref} is {local_id}"
     seconds = {"push_seconds": push_seconds, "verify_seconds": verify_seconds}
@@ -394,108 +287,39 @@ def _push_message(target: PushTarget, outcome: _Outcome) -> str:
     if outcome.kind == "auth":
         return f"{registry} refused the credentials for {ref}: run `docker login {registry}` (or check --registry)"
     if outcome.kind in ("transient", "unreachable"):
-        return f"{registry} is not reachable ({outcome.last_line}): is it running? nothing local was changed"
-    return f"{registry} rejected {ref}: {outcome.last_line}"
+        return f"{registry} is not reachable ({outcome.last.last_line}): is it running? nothing local was changed"
+    return f"{registry} rejected {ref}: {outcome.last.last_line}"
 
 
-def _with_retries(run: Run, argv: list[str], retries: int, backoff: float, sleep: Sleep, timeout: float) -> _Outcome:
+def _with_retries(
+    runner: Runner, argv: list[str], retries: int, backoff: float, sleep: Sleep, timeout: float
+) -> _Outcome:
     attempt = 0
     while True:
         attempt += 1
-        done = _call(run, argv, timeout)
-        if done.returncode == 0:
-            return _Outcome(True, done.stdout, done.stderr, attempt)
-        kind = failure_kind(done.stderr or done.stdout)  # stdout holds progress lines, which say nothing
+        done = runner(argv, timeout=timeout)
+        if done.ok:
+            return _Outcome(done, attempt)
+        kind = failure_kind(done.err or done.out)  # stdout holds progress lines, which say nothing
         if kind != "transient" or attempt > retries:
-            return _Outcome(False, done.stdout, done.stderr, attempt, kind)
+            return _Outcome(done, attempt, kind)
         sleep(backoff * 2 ** (attempt - 1))
 
 
-def _call(run: Run, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """Run one command; a missing docker or a hang becomes a failed result (rc 127 / 124) instead of a traceback."""
-    try:
-        return run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]} {argv[1]} timed out after {timeout:g} s")
-    except OSError as error:
-        return subprocess.CompletedProcess(argv, 127, "", f"cannot run {argv[0]}: {error}")
-
-
-def _image_id(run: Run, ref: str) -> str | None:
-    done = _call(run, ["docker", "image", "inspect", "--format", "{{.Id}}", ref], INSPECT_TIMEOUT_S)
-    return done.stdout.strip() or None if done.returncode == 0 else None
-
-
-def _untag(run: Run, ref: str, remote: str, local_id: str) -> str | None:
+def _untag(runner: Runner, ref: str, remote: str, local_id: str) -> str | None:
     """Remove the registry-prefixed tag this run made; None when done, else why it stays.
 
     Only while `ref` still holds the image, so rmi can only untag: if `ref` was rebuilt meanwhile, the temporary
     tag is the image's last name and removing it would delete the image.
     """
-    if _image_id(run, remote) != local_id:
+    if runner.image_id(remote) != local_id:
         return None  # someone else moved or removed it: no longer ours
-    if _image_id(run, ref) != local_id:
+    if runner.image_id(ref) != local_id:
         return (
             f"{ref} now names another image (rebuilt during the push?), so what was pushed is not what {ref} is; "
             f"{remote} was kept because it is the pushed image's last tag: `docker rmi {remote}` deletes it"
         )
-    done = _call(run, ["docker", "rmi", "--no-prune", remote], INSPECT_TIMEOUT_S)
-    if done.returncode != 0:
-        return f"could not remove the temporary tag {remote}: {_last_line(done.stderr or done.stdout)}"
+    done = runner(["docker", "rmi", "--no-prune", remote], timeout=INSPECT_TIMEOUT_S)
+    if not done.ok:
+        return f"could not remove the temporary tag {remote}: {done.last_line}"
     return None
-
-
-def image_manifest(image_ref: str, run: Run = subprocess.run, *, python: str | None = VENV_PYTHON) -> dict[str, Any]:
-    """What a published image is: ID, size in bytes, labels, pip packages (via `python`) and installed dpkg packages.
-
-    `python=None` records "pip": None for images without a Python environment. Raises PushError when the
-    image cannot be inspected or a listing fails.
-    """
-    done = _call(run, ["docker", "image", "inspect", image_ref], INSPECT_TIMEOUT_S)
-    if done.returncode != 0:
-        raise PushError(f"cannot inspect {image_ref}: {_last_line(done.stderr or done.stdout)}")
-    info = json.loads(done.stdout)[0]
-    manifest: dict[str, Any] = {
-        "ref": image_ref,
-        "id": info["Id"],
-        "size": int(info["Size"]),
-        "repo_digests": sorted(info.get("RepoDigests") or []),
-        "labels": dict(sorted(((info.get("Config") or {}).get("Labels") or {}).items())),
-        "pip": None,
-    }
-    if python is not None:
-        argv = ["docker", "run", "--rm", "--entrypoint", python, image_ref, "-m", "pip", "list", "--format=json"]
-        pip = _checked(run, argv, image_ref, "pip list")
-        packages = json.loads(pip)
-        manifest["pip"] = {item["name"]: item["version"] for item in sorted(packages, key=lambda i: i["name"].lower())}
-    # The status column keeps out packages that are only remembered (removed, config files left).
-    status_format = "${db:Status-Abbrev}\t${Package}=${Version}\n"
-    argv = ["docker", "run", "--rm", "--entrypoint", "dpkg-query", image_ref, "-W", "-f", status_format]
-    dpkg = _checked(run, argv, image_ref, "dpkg-query")
-    installed = [line.split("\t", 1)[1] for line in dpkg.splitlines() if line.startswith("ii")]
-    manifest["dpkg"] = dict(sorted(entry.split("=", 1) for entry in installed))
-    return manifest
-
-
-def _checked(run: Run, argv: list[str], image_ref: str, what: str) -> str:
-    done = _call(run, argv, MANIFEST_TIMEOUT_S)
-    if done.returncode != 0:
-        raise PushError(f"{what} in {image_ref} failed: {_last_line(done.stderr or done.stdout)}")
-    return done.stdout
-
-
-def write_report(path: Path, entries: object) -> None:
-    """Write `entries` as JSON with sorted keys, atomically: readers see the old report or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(entries, sort_keys=True, indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is for reading
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

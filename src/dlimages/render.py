@@ -10,8 +10,9 @@ from pathlib import Path
 
 import jinja2
 
-from dlimages.cells import FRAMEWORK_FLAGS, Cell, Expansion
+from dlimages.cells import Cell, Expansion
 from dlimages.errors import InputError, Problem, allowed_list
+from dlimages.selection import flags_for
 from dlimages.spec import MATRIX_FILE, Matrix
 
 IMAGES_DIR = "images"
@@ -75,7 +76,7 @@ def render_cell(env: jinja2.Environment, matrix: Matrix, cell: Cell) -> str:
     text = template.render(
         cell=cell,
         cell_json=cell.as_json(),
-        flag=FRAMEWORK_FLAGS[cell.framework],
+        build_flags=flags_for(cell),
         partials=matrix.partials,
         apt_packages=sorted(matrix.packages.apt),
         pip_version=matrix.packages.pip,

@@ -11,6 +11,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dlimages.errors import InputError, Problem, allowed_list
+from dlimages.payload.dl_stack import FRAMEWORKS
 
 MATRIX_FILE = "matrix.yaml"
 
@@ -139,9 +140,6 @@ class MirrorProfile(Model):
     pypi: Url | None = None
     pytorch_wheels: Url | None = None
     source: Url | None = None
-
-
-FRAMEWORKS = ("pytorch", "tensorflow")
 
 
 def _framework_name(name: str) -> str:
@@ -391,3 +389,8 @@ def cross_check(m: Matrix, f: str) -> list[Problem]:
 
 def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
+
+
+def version_matches(full: str, wanted: str) -> bool:
+    """Whether a release is the version asked for, where a partial version names its releases: 2.1 has 2.1.2."""
+    return version_key(full)[: len(version_key(wanted))] == version_key(wanted)

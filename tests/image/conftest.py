@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import shlex
-import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +20,9 @@ import pytest
 import testinfra.host
 from testinfra.backend.base import CommandResult
 from testinfra.backend.docker import DockerBackend
+
+from dlimages.runner import DEFAULT as RUNNER
+from dlimages.runner import Result
 
 IMAGES_ENV = "DLIMAGES_TEST_IMAGES"
 NO_IMAGE = "no --image given"
@@ -63,17 +65,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess[str]:
+def docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True, stdin: str | None = None) -> Result:
     """`docker ARGS` here; a hang fails the test instead of the session, a non-zero exit fails it with stderr."""
-    argv = ["docker", *args]
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError:
+    result = RUNNER.docker(*args, timeout=timeout, stdin=stdin)
+    if result.missing:
         pytest.fail("the docker CLI is not installed; the image tests need a Docker engine", pytrace=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`{shlex.join(argv)}` took more than {timeout:.0f} s", pytrace=False)
-    if check and result.returncode != 0:
-        pytest.fail(f"`{shlex.join(argv)}` exited {result.returncode}: {result.stderr.strip()}", pytrace=False)
+    if result.hung:
+        pytest.fail(f"`{shlex.join(result.argv)}` took more than {timeout:.0f} s", pytrace=False)
+    if check and not result.ok:
+        pytest.fail(f"`{shlex.join(result.argv)}` exited {result.code}: {result.err.strip()}", pytrace=False)
     return result
 
 
@@ -83,8 +83,7 @@ def unique_name(purpose: str) -> str:
 
 def remove_container(name: str) -> None:
     """Best effort, for teardown: a container that is already gone is fine."""
-    with contextlib.suppress(subprocess.TimeoutExpired, FileNotFoundError):
-        subprocess.run(["docker", "rm", "-f", "-v", name], capture_output=True, timeout=DOCKER_TIMEOUT_S, check=False)
+    RUNNER.docker("rm", "-f", "-v", name, timeout=DOCKER_TIMEOUT_S)
 
 
 class TimedDockerBackend(DockerBackend):
@@ -98,14 +97,13 @@ class TimedDockerBackend(DockerBackend):
         timeout = float(kwargs.pop("timeout", self.timeout))
         cmd = self.get_command(command, *args)
         user = ["-u", self.user] if self.user is not None else []
-        argv = ["docker", "exec", *user, self.name, "timeout", "-k", "5", f"{timeout:.0f}", "/bin/sh", "-c", cmd]
-        try:
-            done = subprocess.run(argv, capture_output=True, timeout=timeout + 15, check=False)
-        except subprocess.TimeoutExpired:
+        argv = ["exec", *user, self.name, "timeout", "-k", "5", f"{timeout:.0f}", "/bin/sh", "-c", cmd]
+        done = RUNNER.docker(*argv, timeout=timeout + 15)
+        if done.hung:
             pytest.fail(f"exec in {self.name} hung past {timeout:.0f} s: {cmd}", pytrace=False)
-        if done.returncode == 124:
+        if done.code == 124:
             pytest.fail(f"exec in {self.name} took more than {timeout:.0f} s: {cmd}", pytrace=False)
-        return self.result(done.returncode, self.encode(cmd), done.stdout, done.stderr)
+        return self.result(done.code, self.encode(cmd), done.out.encode(), done.err.encode())
 
 
 class Docker:
@@ -113,9 +111,9 @@ class Docker:
     from here: a second conftest.py elsewhere under tests/ would make `from conftest import` ambiguous)."""
 
     def __call__(
-        self, *args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        return docker(*args, timeout=timeout, check=check)
+        self, *args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True, stdin: str | None = None
+    ) -> Result:
+        return docker(*args, timeout=timeout, check=check, stdin=stdin)
 
     @contextlib.contextmanager
     def started(self, image: str, *command: str, options: tuple[str, ...] = (), purpose: str = "run") -> Iterator[str]:
@@ -129,7 +127,7 @@ class Docker:
 
     def run_once(
         self, image: str, *command: str, options: tuple[str, ...] = (), timeout: float = EXEC_TIMEOUT_S
-    ) -> subprocess.CompletedProcess[str]:
+    ) -> Result:
         """`docker run --rm` in the foreground, through the image's entrypoint; a run over time is removed."""
         name = unique_name("once")
         try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,22 +17,19 @@ from dlimages.buildplan import BuildPlan
 from dlimages.cells import Cell
 from dlimages.mirrors import MirrorArgs
 from dlimages.project import Project
+from dlimages.runner import DEFAULT as RUNNER
 
-pytestmark = pytest.mark.image
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = "dlimages/base:debian12"
-
-
-def image_exists(ref: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", ref], capture_output=True, check=False).returncode == 0
 
 
 @pytest.fixture(scope="module")
 def cell() -> Cell:
     if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
         pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    if not image_exists(BASE):
+    if not RUNNER.image_exists(BASE):
         pytest.fail(f"{BASE} is missing: run `invoke base` first", pytrace=False)
     real = Project(REPO).expansion.cells[0]
     return dataclasses.replace(real, image=f"lab/test-build-{os.getpid()}", aliases=("v0-alias",))
@@ -55,7 +51,7 @@ def test_failed_build_tags_nothing(cell: Cell, tmp_path: Path) -> None:
     assert not result.ok
     assert result.error is not None and "does not exist on the index" in result.error
     assert result.tags == ()
-    assert not any(image_exists(ref) for ref in cell.refs)
+    assert not any(RUNNER.image_exists(ref) for ref in cell.refs)
     assert "FAILED" in summary_table([result])
 
 
@@ -67,9 +63,6 @@ def test_good_build_gets_every_tag_after_it_succeeded(cell: Cell, tmp_path: Path
         assert "DONE" in out.getvalue()  # BuildKit's progress was streamed
         assert result.size and result.size > 0
         for ref in cell.refs:
-            inspect = subprocess.run(
-                ["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True, check=False
-            )
-            assert inspect.stdout.strip() == result.image_id
+            assert RUNNER.image_id(ref) == result.image_id
     finally:
-        subprocess.run(["docker", "rmi", *cell.refs], capture_output=True, check=False)
+        RUNNER.docker("rmi", *cell.refs)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from dlimages.payload.dl_stack import FRAMEWORKS, decode_cudnn_version, format_version
+
 if TYPE_CHECKING:  # fixtures hand these over; importing conftest at run time is ambiguous under tests/
     from conftest import Container, Docker, Image
 
@@ -44,18 +46,10 @@ PACKAGE_SET = {
     "jupyterlab": "jupyterlab",
     "ipykernel": "ipykernel",
 }
-FRAMEWORK_MODULES = {"pytorch": ("torch", "torchvision", "torchaudio"), "tensorflow": ("tensorflow",)}
 # Ubuntu's own archive, as the official ubuntu images list it. Debian cells start from the base `invoke base`
 # made, whose sources name the mirror it was bootstrapped from: those are read from the base image itself.
 UPSTREAM_APT_HOSTS = {"ubuntu": {"archive.ubuntu.com", "security.ubuntu.com"}}
 NVIDIA_APT_HOST = "developer.download.nvidia.com"  # nvidia/cuda bases keep NVIDIA's CUDA repository
-
-
-def decode_cudnn(value: int) -> str:
-    """cuDNN's integer version as text: up to 8 it is M*1000+m*100+p (8902), from 9 on M*10000+m*100+p (90100)."""
-    if value >= 10000:
-        return f"{value // 10000}.{value % 10000 // 100}.{value % 100}"
-    return f"{value // 1000}.{value % 1000 // 100}.{value % 100}"
 
 
 def leading(version: str, parts: int) -> str:
@@ -123,7 +117,7 @@ def test_framework_versions_match_labels(container: Container, image: Image) -> 
         assert found["cuda"] is not None, "torch.version.cuda is None: a CPU-only torch"
         assert leading(found["cuda"], 2) == cuda, f"torch.version.cuda {found['cuda']}, label cuda={cuda}"
         assert found["cudnn"], "torch.backends.cudnn.version() is None: torch found no cuDNN"
-        decoded = decode_cudnn(int(found["cudnn"]))
+        decoded = format_version(decode_cudnn_version(int(found["cudnn"])))
         assert leading(decoded, 2) == leading(cudnn, 2), (
             f"torch's cuDNN {decoded} ({found['cudnn']}), label cudnn={cudnn}"
         )
@@ -175,7 +169,7 @@ def test_cuda_libraries_ship_once(container: Container, image: Image) -> None:
 
 
 def test_preinstalled_packages_import(container: Container, image: Image) -> None:
-    modules = [*PACKAGE_SET, *FRAMEWORK_MODULES.get(image.label("framework"), ())]
+    modules = [*PACKAGE_SET, *FRAMEWORKS[image.label("framework")].modules]
     found = container.python_json(
         "import importlib, json, os, sys, traceback\n"
         "os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'\n"
@@ -314,7 +308,7 @@ SECRET_PATH = re.compile(r"(?:~|/)[\w./-]*(?:secret|netrc|\.pem|\.crt|\.key\b|cr
 
 
 def test_history_and_config_hold_no_secrets(image: Image, docker: Docker) -> None:
-    history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", image.ref).stdout
+    history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", image.ref).out
     config = json.dumps({"Env": image.config.get("Env"), "Labels": image.labels})
     for where, text in (("docker history", history), ("image config", config)):
         for what, pattern in SECRET_PATTERNS.items():
@@ -344,7 +338,7 @@ def pip_index(container: Container) -> str | None:
 
 def build_args(docker: Docker, image: Image) -> dict[str, str]:
     """The build arguments BuildKit recorded in the RUN steps (`RUN |5 APT_MIRROR=... /bin/bash ...`)."""
-    history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", image.ref).stdout
+    history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", image.ref).out
     return dict(
         re.findall(r"\b([A-Z][A-Z0-9_]*)=(\S*)", "\n".join(h for h in history.splitlines() if h.startswith("RUN |")))
     )
@@ -363,7 +357,7 @@ def base_apt_hosts(docker: Docker, image: Image, family: str) -> set[str]:
         base,
         "-c",
         "cat /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null; true",
-    ).stdout
+    ).out
     lines = [line.split("#", 1)[0] for line in listing.splitlines()]
     return set(re.findall(r"https?://([^/\s:]+)", "\n".join(lines)))
 
@@ -440,10 +434,10 @@ def wait_for_log(docker: Docker, name: str, needle: str, limit_s: float = 60) ->
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         result = docker("logs", name)
-        logs = result.stdout + result.stderr
+        logs = result.out + result.err
         if needle in logs:
             return logs
-        state = docker("inspect", "-f", "{{.State.Running}}", name).stdout.strip()
+        state = docker("inspect", "-f", "{{.State.Running}}", name).out.strip()
         assert state == "true", f"{name} exited before logging {needle!r}:\n{logs[-3000:]}"
         time.sleep(0.5)
     pytest.fail(f"{name} did not log {needle!r} within {limit_s:.0f} s", pytrace=False)
@@ -455,7 +449,7 @@ def test_docker_stop_of_jupyterlab_is_fast(image: Image, docker: Docker) -> None
         started = time.monotonic()
         docker("stop", "-t", "10", name, timeout=30)
         elapsed = time.monotonic() - started
-        code = int(docker("inspect", "-f", "{{.State.ExitCode}}", name).stdout.strip())
+        code = int(docker("inspect", "-f", "{{.State.ExitCode}}", name).out.strip())
     assert elapsed < STOP_LIMIT_S, (
         f"`docker stop -t 10` took {elapsed:.2f} s (limit {STOP_LIMIT_S} s): SIGTERM ignored?"
     )
@@ -469,8 +463,8 @@ def test_docker_stop_of_jupyterlab_is_fast(image: Image, docker: Docker) -> None
 
 def test_dl_smoke_skips_without_gpu(image: Image, docker: Docker) -> None:
     result = docker.run_once(image.ref, "dl-smoke", "--json", options=NO_GPU)
-    assert result.returncode == EXIT_SKIPPED, f"dl-smoke exited {result.returncode}, not 77:\n{result.stderr[-2000:]}"
-    report = json.loads(result.stdout)
+    assert result.code == EXIT_SKIPPED, f"dl-smoke exited {result.code}, not 77:\n{result.err[-2000:]}"
+    report = json.loads(result.out)
     assert report["status"] == "skipped"
     failed = [c for c in report["checks"] if c["status"] == "fail"]
     assert not failed, f"dl-smoke checks that fail even without a GPU (version checks against cell.json): {failed}"
@@ -478,11 +472,11 @@ def test_dl_smoke_skips_without_gpu(image: Image, docker: Docker) -> None:
 
 def test_dl_smoke_usage_error(image: Image, docker: Docker) -> None:
     result = docker.run_once(image.ref, "dl-smoke", "--bogus", options=NO_GPU)
-    assert result.returncode == EXIT_USAGE, f"dl-smoke --bogus exited {result.returncode}:\n{result.stderr}"
+    assert result.code == EXIT_USAGE, f"dl-smoke --bogus exited {result.code}:\n{result.err}"
 
 
 def test_dl_bench_skips_without_gpu(image: Image, docker: Docker) -> None:
     if image.label("framework") != "pytorch":
         pytest.skip("dl-bench benchmarks PyTorch only")
     result = docker.run_once(image.ref, "dl-bench", options=NO_GPU)
-    assert result.returncode == EXIT_SKIPPED, f"dl-bench exited {result.returncode}, not 77:\n{result.stderr[-2000:]}"
+    assert result.code == EXIT_SKIPPED, f"dl-bench exited {result.code}, not 77:\n{result.err[-2000:]}"

@@ -48,7 +48,7 @@ class Server:
 
     def logs(self) -> str:
         result = self.docker("logs", self.name)
-        return result.stdout + result.stderr
+        return result.out + result.err
 
 
 def get(url: str, headers: dict[str, str] | None = None) -> Response:
@@ -70,7 +70,7 @@ def wait_until_serving(server: Server) -> None:
             return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
-        running = server.docker("inspect", "-f", "{{.State.Running}}", server.name).stdout.strip()
+        running = server.docker("inspect", "-f", "{{.State.Running}}", server.name).out.strip()
         assert running == "true", f"JupyterLab exited during start-up:\n{server.logs()[-3000:]}"
         time.sleep(0.5)
     pytest.fail(f"JupyterLab did not answer within {START_LIMIT_S} s:\n{server.logs()[-3000:]}", pytrace=False)
@@ -86,7 +86,7 @@ def serving(docker: Docker, image: Image, *env: str) -> Iterator[Server]:
     """The image's default command (JupyterLab), its port published on 127.0.0.1 only; removed afterwards."""
     options = ("-p", f"127.0.0.1::{PORT.split('/')[0]}", *(f"--env={e}" for e in env))
     with docker.started(image.ref, options=options, purpose="jupyter") as name:
-        published = docker("port", name, PORT).stdout.split()
+        published = docker("port", name, PORT).out.split()
         address = next((a for a in published if a.startswith("127.0.0.1:")), None)
         assert address, f"port {PORT} is not published on 127.0.0.1: {published}"
         server = Server(name, f"http://{address}", docker)

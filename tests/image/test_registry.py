@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import socket
-import subprocess
 import time
 import urllib.request
 from base64 import b64encode
@@ -21,9 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from dlimages.push import PushError, image_manifest, push_image, registry_ref, write_report
+from dlimages.push import PushError, push_image
+from dlimages.references import registry_ref
+from dlimages.report import image_manifest, write_report
+from dlimages.runner import DEFAULT as RUNNER
+from dlimages.runner import Result
 
-pytestmark = pytest.mark.image
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY_SH = REPO / ".ci" / "registry.sh"
@@ -34,16 +37,15 @@ MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, applicat
 StartRegistry = Callable[..., str]
 
 
-def docker(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(["docker", *args], input=stdin, capture_output=True, text=True, timeout=300, check=False)
-    if check and done.returncode != 0:
-        pytest.fail(f"docker {' '.join(args)} failed: {done.stderr.strip()}", pytrace=False)
+def docker(*args: str, stdin: str | None = None, check: bool = True) -> Result:
+    done = RUNNER.docker(*args, stdin=stdin, timeout=300)
+    if check and not done.ok:
+        pytest.fail(f"docker {' '.join(args)} failed: {done.err.strip()}", pytrace=False)
     return done
 
 
 def image_id(ref: str) -> str | None:
-    done = docker("image", "inspect", "--format", "{{.Id}}", ref, check=False)
-    return done.stdout.strip() if done.returncode == 0 else None
+    return RUNNER.image_id(ref)
 
 
 def free_port() -> int:
@@ -58,15 +60,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A reachable engine with its own client config; fails (not skips) without one unless DLIMAGES_NO_DOCKER=1."""
     if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
         pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    hint = "start it with .ci/engine.sh, or set DLIMAGES_NO_DOCKER=1 to skip the image tests"
-    try:
-        argv = ["docker", "info", "--format", "{{.ServerVersion}}"]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        pytest.fail(f"the Docker engine is not reachable ({error}): {hint}", pytrace=False)
-    if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        pytest.fail(f"the Docker engine is not reachable ({reason}): {hint}", pytrace=False)
+    problem = RUNNER.engine_problem(buildx=False)
+    if problem:
+        pytest.fail(f"{problem}; or set DLIMAGES_NO_DOCKER=1 to skip the image tests", pytrace=False)
     if image_id(BASE) is None:
         pytest.fail(f"{BASE} is missing: build it with scripts/make-base.sh", pytrace=False)
     with pytest.MonkeyPatch.context() as patch:
@@ -91,17 +87,14 @@ def start_registry(engine: None, tmp_path_factory: pytest.TempPathFactory) -> It
     def start(kind: str, *options: str) -> str:
         name, port = f"pytest-{os.getpid()}-{kind}", free_port()
         names.append(name)
-        done = subprocess.run(
-            [str(REGISTRY_SH), "start", name, str(port), *options],
-            env=env, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            pytest.fail(f"registry.sh start {name} failed:\n{done.stdout}{done.stderr}", pytrace=False)
+        done = RUNNER([str(REGISTRY_SH), "start", name, str(port), *options], env=env)
+        if not done.ok:
+            pytest.fail(f"registry.sh start {name} failed:\n{done.out}{done.err}", pytrace=False)
         return f"127.0.0.1:{port}"
 
     yield start
     for name in names:
-        subprocess.run([str(REGISTRY_SH), "stop", name], env=env, capture_output=True, timeout=60, check=False)
+        RUNNER([str(REGISTRY_SH), "stop", name], env=env)
 
 
 def served_manifest(registry: str, repository: str, digest: str, auth: tuple[str, str] | None = None) -> bytes:

@@ -1,7 +1,10 @@
-"""Shared fixtures for the unit tests: the real matrix, its expansion, and ways to break a copy of it.
+"""Shared fixtures for the unit tests: the fixture matrix, its expansion, ways to break a copy of it, and the real
+matrix for checks that hold whatever it contains.
 
-Nothing here needs Docker or the network. Broken inputs are made from the repo's own matrix.yaml, so a
-test changes one thing and the rest stays realistic.
+Rules, expansion, tags, selection and golden renders run on tests/fixtures/matrix.yaml, a small matrix the tests
+own: a release added to the real matrix.yaml changes no test but its snapshot (test_snapshot.py). Broken inputs
+are made from the fixture, so a test changes one thing and the rest stays realistic. Nothing here needs Docker
+or the network.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from dlimages.errors import InputError
 from dlimages.spec import Matrix, _VersionsAsText, load_matrix, parse_matrix
 
 REPO = Path(__file__).resolve().parents[2]
-MATRIX_TEXT = (REPO / "matrix.yaml").read_text(encoding="utf-8")
+FIXTURE_MATRIX = REPO / "tests/fixtures/matrix.yaml"
+MATRIX_TEXT = FIXTURE_MATRIX.read_text(encoding="utf-8")
 
 
 def matrix_dict() -> dict[str, Any]:
-    """The real matrix.yaml as plain data, versions kept as text (as dlimages itself reads it)."""
+    """The fixture matrix as plain data, versions kept as text (as dlimages itself reads it)."""
     data = yaml.load(MATRIX_TEXT, Loader=_VersionsAsText)  # noqa: S506 - a SafeLoader subclass
     assert isinstance(data, dict)
     return data
@@ -40,7 +44,7 @@ def dump(data: dict[str, Any]) -> str:
 
 @pytest.fixture
 def data() -> dict[str, Any]:
-    """A fresh, editable copy of the real matrix as data (YAML anchors become shared objects)."""
+    """A fresh, editable copy of the fixture matrix as data (YAML anchors become shared objects)."""
     return copy.deepcopy(_PRISTINE)
 
 
@@ -67,7 +71,8 @@ def parse() -> Callable[[dict[str, Any] | str], Matrix]:
 
 @pytest.fixture(scope="session")
 def matrix() -> Matrix:
-    return load_matrix(REPO / "matrix.yaml")
+    """The fixture matrix."""
+    return load_matrix(FIXTURE_MATRIX)
 
 
 @pytest.fixture(scope="session")
@@ -77,22 +82,33 @@ def expansion(matrix: Matrix) -> Expansion:
 
 @pytest.fixture(scope="session")
 def cell(expansion: Expansion) -> Callable[[str, str], Cell]:
-    """Look up a valid cell by framework and slug, e.g. cell("pytorch", "cuda11.8-torch2.1.2-py3.10-runtime")."""
+    """Look up a fixture cell by framework and slug, e.g. cell("pytorch", "cuda11.8-torch2.1.2-py3.10-runtime")."""
     by_key = {(c.framework, c.slug): c for c in expansion.cells}
 
     def _cell(framework: str, slug: str) -> Cell:
-        assert (framework, slug) in by_key, f"{framework} {slug} is not a valid cell of the real matrix"
+        assert (framework, slug) in by_key, f"{framework} {slug} is not a valid cell of the fixture matrix"
         return by_key[(framework, slug)]
 
     return _cell
 
 
+@pytest.fixture(scope="session")
+def real_matrix() -> Matrix:
+    """The repo's matrix.yaml: only for checks that hold whatever it contains."""
+    return load_matrix(REPO / "matrix.yaml")
+
+
+@pytest.fixture(scope="session")
+def real_expansion(real_matrix: Matrix) -> Expansion:
+    return expand(real_matrix)
+
+
 @pytest.fixture
 def repo_copy(tmp_path: Path) -> Path:
-    """matrix.yaml, templates/ and tasks.py copied into a temporary repo root, to break without harm."""
+    """A temporary repo root to break without harm: the fixture as matrix.yaml, the real templates/ and tasks.py."""
     root = tmp_path / "repo"
     root.mkdir()
-    shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
+    shutil.copy2(FIXTURE_MATRIX, root / "matrix.yaml")
     shutil.copy2(REPO / "tasks.py", root / "tasks.py")
     shutil.copytree(REPO / "templates", root / "templates")
     return root

@@ -1,13 +1,22 @@
-"""builder.py decisions that need no engine: failure advice and the engine check's verdicts."""
+"""The builder without an engine: failure advice, the engine check's verdicts, and tagging only after success
+(a fake runner plays the engine; tests/image/test_build.py does the same against the real one)."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dlimages.builder import engine_problem, explain_failure
+from dlimages.builder import explain_failure, run_build
+from dlimages.buildplan import BuildPlan, Secrets, plan_build
+from dlimages.cells import Expansion
+from dlimages.mirrors import MirrorArgs
+from dlimages.runner import Runner
 
 
 @pytest.mark.parametrize(
@@ -39,12 +48,12 @@ def fake_run(results: dict[str, subprocess.CompletedProcess[str] | Exception]) -
     return run
 
 
-def done(code: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.CompletedProcess([], code, "", "")
+def done(code: int, out: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.CompletedProcess([], code, out, "")
 
 
 def test_engine_check_passes_with_engine_and_buildx() -> None:
-    assert engine_problem(fake_run({"info": done(0), "buildx": done(0)})) is None
+    assert Runner(fake_run({"info": done(0), "buildx": done(0)})).engine_problem() is None
 
 
 @pytest.mark.parametrize(
@@ -57,5 +66,51 @@ def test_engine_check_passes_with_engine_and_buildx() -> None:
     ],
 )
 def test_engine_check_names_what_is_missing(results: dict[str, Any], problem: str) -> None:
-    message = engine_problem(fake_run(results))
+    message = Runner(fake_run(results)).engine_problem()
     assert message is not None and problem in message
+
+
+class FakeEngine:
+    """A build that prints `lines` and exits `code` (writing the image ID file on success), and a tag log."""
+
+    def __init__(self, plan: BuildPlan, code: int, lines: Sequence[str]) -> None:
+        self.plan, self.code, self.lines = plan, code, lines
+        self.tagged: list[str] = []
+
+    def stream(self, argv: Sequence[str], cwd: Path | None, on_line: Callable[[str], None]) -> int:
+        assert list(argv) == self.plan.build
+        for line in self.lines:
+            on_line(line)
+        if self.code == 0:
+            self.plan.iidfile.write_text("sha256:" + "c" * 64)
+        return self.code
+
+    def run(self, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        if argv[1] == "tag":
+            self.tagged.append(argv[3])
+            return done(0)
+        assert argv[1:4] == ["image", "inspect", "--format"], argv
+        return done(0, "123456789\n")
+
+
+@pytest.fixture
+def plan(expansion: Expansion, tmp_path: Path) -> BuildPlan:
+    cell = dataclasses.replace(expansion.cells[0], aliases=("v0",))
+    return plan_build(cell, MirrorArgs("none"), Secrets(), iidfile=tmp_path / "iid")
+
+
+def test_failed_build_tags_nothing_and_gives_advice(plan: BuildPlan, tmp_path: Path) -> None:
+    engine = FakeEngine(plan, 1, ["#8 ...", "ERROR: No matching distribution found for torch==9.9"])
+    out = io.StringIO()
+    result = run_build(plan, tmp_path, out, Runner(engine.run, engine.stream))
+    assert not result.ok and result.tags == ()
+    assert result.error is not None and "does not exist on the index" in result.error
+    assert engine.tagged == []
+    assert "No matching distribution" in out.getvalue()  # the build's own output is shown as it runs
+
+
+def test_good_build_gets_every_tag_after_it_succeeded(plan: BuildPlan, tmp_path: Path) -> None:
+    engine = FakeEngine(plan, 0, ["#9 DONE 0.1s"])
+    result = run_build(plan, tmp_path, io.StringIO(), Runner(engine.run, engine.stream))
+    assert result.ok and result.image_id == "sha256:" + "c" * 64 and result.size == 123456789
+    assert engine.tagged == list(plan.cell.refs) and len(plan.cell.refs) == 2

@@ -1,4 +1,5 @@
-"""Build plans: the exact docker argv for one cell, secrets passed by path only, tags applied after success."""
+"""Build plans for cells of the fixture matrix: the exact docker argv, secrets passed by path only, tags applied
+after success."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def plan(matrix: Matrix, cell: CellLookup, ca_bundle: Path, tmp_path: Path) -> B
     torch = cell("pytorch", "cuda11.8-torch2.1.2-py3.10-runtime")
     return plan_build(
         torch,
-        resolve(matrix, "aliyun", torch),
+        resolve(matrix, "cloud", torch),
         Secrets(pip_ca=ca_bundle, netrc=tmp_path / "netrc"),
         iidfile=tmp_path / "build.iid",
         revision="abc1234",
@@ -60,11 +61,11 @@ def test_argv_passes_the_build_args(plan: BuildPlan) -> None:
     assert _build_args(plan.build) == {
         "BASE_IMAGE": "ubuntu:22.04",
         "REVISION": "abc1234",
-        "MIRROR_PROFILE": "aliyun",
-        "APT_MIRROR": "http://mirrors.aliyun.com/ubuntu/",
-        "PIP_INDEX_URL": "https://mirrors.aliyun.com/pypi/simple/",
+        "MIRROR_PROFILE": "cloud",
+        "APT_MIRROR": "http://cloud.example.net/ubuntu/",
+        "PIP_INDEX_URL": "https://cloud.example.net/pypi/simple/",
         "TORCH_INDEX_URL": "",
-        "TORCH_FIND_LINKS": "https://mirrors.aliyun.com/pytorch-wheels/cu118/",
+        "TORCH_FIND_LINKS": "https://cloud.example.net/pytorch-wheels/cu118/",
     }
 
 
@@ -89,23 +90,23 @@ def test_secrets_are_passed_by_path_never_by_content(plan: BuildPlan, ca_bundle:
 
 def test_describe_shows_the_build_and_a_tag_command_per_ref(plan: BuildPlan, tmp_path: Path) -> None:
     lines = plan.describe().splitlines()
-    assert lines[0] == "# lab/pytorch-universal-dev:v1.0-cuda11.8-torch2.1.2-py3.10-runtime"
+    assert lines[0] == "# test/pytorch-dev:v0.9-cuda11.8-torch2.1.2-py3.10-runtime"
     assert shlex.split(lines[1]) == plan.build
     image_id = f'"$(cat {tmp_path / "build.iid"})"'
     assert lines[2:] == [
-        f"docker tag {image_id} lab/pytorch-universal-dev:v1.0-cuda11.8-torch2.1.2-py3.10-runtime",
-        f"docker tag {image_id} lab/pytorch-universal-dev:v1.0",
+        f"docker tag {image_id} test/pytorch-dev:v0.9-cuda11.8-torch2.1.2-py3.10-runtime",
+        f"docker tag {image_id} test/pytorch-dev:v0.9",
     ]
 
 
 def test_describe_shows_the_mirror_notes(matrix: Matrix, cell: CellLookup, tmp_path: Path) -> None:
     torch = cell("pytorch", "cuda11.8-torch2.1.2-py3.10-runtime")
-    text = plan_build(torch, resolve(matrix, "tuna", torch), Secrets(), iidfile=tmp_path / "iid").describe()
-    assert "# note: tuna does not mirror PyTorch's cu118 wheels;" in text
+    text = plan_build(torch, resolve(matrix, "campus", torch), Secrets(), iidfile=tmp_path / "iid").describe()
+    assert "# note: campus does not mirror PyTorch's cu118 wheels;" in text
 
 
 def test_tag_commands_cover_every_ref(plan: BuildPlan) -> None:
     assert plan.tag_commands("sha256:1234") == [
-        ["docker", "tag", "sha256:1234", "lab/pytorch-universal-dev:v1.0-cuda11.8-torch2.1.2-py3.10-runtime"],
-        ["docker", "tag", "sha256:1234", "lab/pytorch-universal-dev:v1.0"],
+        ["docker", "tag", "sha256:1234", "test/pytorch-dev:v0.9-cuda11.8-torch2.1.2-py3.10-runtime"],
+        ["docker", "tag", "sha256:1234", "test/pytorch-dev:v0.9"],
     ]

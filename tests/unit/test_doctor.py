@@ -1,5 +1,9 @@
-"""The GPU-node doctor: verdicts for every cell of the real matrix on known nodes, the JSON shape, flag
-parsing, and the probe against canned nvidia-smi and docker output (no GPU, no Docker)."""
+"""The GPU-node doctor: verdicts for every cell of the unit tests' matrix on known nodes, the JSON shape, flag
+parsing, and the probe against canned nvidia-smi and docker output (no GPU, no Docker).
+
+The cells come from conftest.py's `expansion`; these tests hold for any matrix that has the cells
+`test_the_matrix_has_the_cells_these_tests_reason_about` names (the real one and the fixture both do).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dlimages.cells import Cell
+from dlimages.cells import Cell, Expansion
 from dlimages.doctor import (
     NO_DRIVER,
     NO_GPU,
@@ -28,10 +32,7 @@ from dlimages.doctor import (
     verdict,
 )
 from dlimages.errors import InputError
-from dlimages.project import Project
-
-ROOT = Path(__file__).resolve().parents[2]
-CELLS: tuple[Cell, ...] = Project(ROOT).expansion.cells
+from dlimages.runner import Runner
 
 H100 = Node("535.104.05", (Gpu("NVIDIA H100 80GB HBM3", "sm_90"),) * 2, True, "given")
 H200 = Node("535.104.05", (Gpu("NVIDIA H200", "sm_90"),), True, "given")
@@ -40,21 +41,30 @@ A10 = Node("470.82.01", (Gpu("NVIDIA A10", "sm_86"),), True, "given")
 RTX4090 = Node("525.60.13", (Gpu("NVIDIA GeForce RTX 4090", "sm_89"),), True, "given")
 
 
-def cell(framework: str, cuda: str, *, source: str | None = None) -> Cell:
-    """The first cell of the real matrix with this framework and CUDA version (and CUDA source)."""
-    return next(c for c in CELLS if c.framework == framework and c.cuda == cuda and source in (None, c.cuda_source))
+@pytest.fixture(scope="module")
+def cells(expansion: Expansion) -> tuple[Cell, ...]:
+    return expansion.cells
 
 
-def test_the_matrix_has_the_cells_these_tests_reason_about() -> None:
-    assert {(c.framework, c.cuda) for c in CELLS} >= {
+@pytest.fixture(scope="module")
+def cell_for(cells: tuple[Cell, ...]) -> Callable[..., Cell]:
+    """cell_for(framework, cuda, source=None): the first cell with this framework and CUDA (and CUDA source)."""
+
+    def _first(framework: str, cuda: str, *, source: str | None = None) -> Cell:
+        return next(c for c in cells if c.framework == framework and c.cuda == cuda and source in (None, c.cuda_source))
+
+    return _first
+
+
+def test_the_matrix_has_the_cells_these_tests_reason_about(cells: tuple[Cell, ...]) -> None:
+    assert {(c.framework, c.cuda) for c in cells} >= {
         ("pytorch", "11.0"),
-        ("pytorch", "11.6"),
         ("pytorch", "11.8"),
         ("pytorch", "12.1"),
         ("tensorflow", "11.0"),
         ("tensorflow", "11.8"),
     }
-    assert {c.cuda_source for c in CELLS if c.framework == "tensorflow" and c.cuda == "11.8"} == {"base", "wheel"}
+    assert {c.cuda_source for c in cells if c.framework == "tensorflow" and c.cuda == "11.8"} == {"base", "wheel"}
 
 
 # --- parsing flags ---------------------------------------------------------------------------------------
@@ -137,8 +147,8 @@ def test_node_from_flags_reports_every_bad_value_at_once() -> None:
         ("pytorch", "11.0", "sm_80", "sass sm_80"),
         ("pytorch", "11.0", "sm_86", "sass sm_80"),  # same major, higher minor: the sm_80 cubin runs
         ("pytorch", "11.0", "sm_90", None),  # no sm_90 cubin and no PTX
-        ("pytorch", "11.6", "sm_89", "sass sm_86"),
-        ("pytorch", "11.6", "sm_90", None),
+        ("pytorch", "12.1", "sm_89", "sass sm_86"),
+        ("pytorch", "11.0", "sm_100", None),  # a new major: neither a cubin nor PTX runs
         ("pytorch", "11.8", "sm_89", "sass sm_86"),
         ("pytorch", "11.8", "sm_90", "sass sm_90"),
         ("pytorch", "12.1", "sm_37", None),  # CUDA 12 dropped Kepler
@@ -150,18 +160,19 @@ def test_node_from_flags_reports_every_bad_value_at_once() -> None:
         ("tensorflow", "11.8", "sm_100", "ptx compute_80 (JIT)"),
     ],
 )
-def test_kernels_for(framework: str, cuda: str, arch: str, expected: str | None) -> None:
-    assert kernels_for(cell(framework, cuda), arch) == expected
+def test_kernels_for(cell_for: Callable[..., Cell], framework: str, cuda: str, arch: str, expected: str | None) -> None:
+    assert kernels_for(cell_for(framework, cuda), arch) == expected
 
 
-# --- verdicts for every cell of the real matrix -------------------------------------------------------------
+# --- verdicts for every cell of the matrix ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("node", [H100, H200], ids=["h100", "h200"])
-def test_hopper_with_535_runs_everything_but_pytorch_builds_without_sm_90(node: Node) -> None:
-    for c in CELLS:
+def test_hopper_with_535_runs_everything_but_pytorch_builds_without_sm_90(node: Node, cells: tuple[Cell, ...]) -> None:
+    assert any(c.framework == "pytorch" and "sm_90" not in c.arch_sass for c in cells)
+    for c in cells:
         judged = verdict(c, node)
-        if c.framework == "pytorch" and c.cuda in ("11.0", "11.6"):
+        if c.framework == "pytorch" and "sm_90" not in c.arch_sass:
             assert not judged.runs, c.slug
             assert len(judged.reasons) == 1
             assert judged.reasons[0].startswith(f"no kernels for sm_90 ({node.gpus[0].name}) in this build: it has ")
@@ -176,8 +187,8 @@ def test_hopper_with_535_runs_everything_but_pytorch_builds_without_sm_90(node: 
             assert f"needs driver >= {c.min_driver}" in jit[0]
 
 
-def test_v100_with_450_runs_only_the_cuda_11_0_cells() -> None:
-    for c in CELLS:
+def test_v100_with_450_runs_only_the_cuda_11_0_cells(cells: tuple[Cell, ...]) -> None:
+    for c in cells:
         judged = verdict(c, V100)
         assert judged.runs == (c.cuda == "11.0"), (c.slug, judged.reasons)
         if c.cuda in ("11.6", "11.8"):
@@ -193,8 +204,8 @@ def test_v100_with_450_runs_only_the_cuda_11_0_cells() -> None:
         assert not any("no kernels" in r for r in judged.reasons)
 
 
-def test_a10_with_470_runs_only_the_cuda_11_0_cells() -> None:
-    for c in CELLS:
+def test_a10_with_470_runs_only_the_cuda_11_0_cells(cells: tuple[Cell, ...]) -> None:
+    for c in cells:
         judged = verdict(c, A10)
         assert judged.runs == (c.cuda == "11.0"), (c.slug, judged.reasons)
         if c.cuda == "11.0":
@@ -208,8 +219,8 @@ def test_a10_with_470_runs_only_the_cuda_11_0_cells() -> None:
         assert (ptx_reason in judged.reasons) == (c.framework == "tensorflow" and c.cuda == "11.8")
 
 
-def test_rtx_4090_with_525_runs_cuda_11_but_not_12_1() -> None:
-    for c in CELLS:
+def test_rtx_4090_with_525_runs_cuda_11_but_not_12_1(cells: tuple[Cell, ...]) -> None:
+    for c in cells:
         judged = verdict(c, RTX4090)
         assert judged.runs == (c.cuda != "12.1"), (c.slug, judged.reasons)
         if c.cuda == "12.1":
@@ -224,8 +235,10 @@ def test_rtx_4090_with_525_runs_cuda_11_but_not_12_1() -> None:
             )
 
 
-def test_below_min_driver_on_an_nvidia_cuda_base_notes_the_data_center_exceptions() -> None:
-    judged = verdict(cell("tensorflow", "11.8", source="base"), A10)
+def test_below_min_driver_on_an_nvidia_cuda_base_notes_the_data_center_exceptions(
+    cell_for: Callable[..., Cell],
+) -> None:
+    judged = verdict(cell_for("tensorflow", "11.8", source="base"), A10)
     assert not judged.runs
     assert judged.reasons[0].startswith(
         "driver 470.82.01 is below 520.61.05, the driver CUDA 11.8 needs: the nvidia/cuda:"
@@ -235,37 +248,37 @@ def test_below_min_driver_on_an_nvidia_cuda_base_notes_the_data_center_exception
     assert not any("NVIDIA_DISABLE_REQUIRE" in n for n in judged.notes)
 
 
-def test_no_driver_is_the_only_reason_when_nvidia_smi_found_nothing() -> None:
+def test_no_driver_is_the_only_reason_when_nvidia_smi_found_nothing(cells: tuple[Cell, ...]) -> None:
     node = Node(None, (), None, "this host")
-    for c in CELLS:
+    for c in cells:
         judged = verdict(c, node)
         assert not judged.runs
         assert judged.reasons == (NO_DRIVER,)
 
 
-def test_a_driver_without_gpus_says_no_gpu_is_visible() -> None:
-    judged = verdict(cell("pytorch", "11.8"), Node("535.104.05", (), True, "given"))
+def test_a_driver_without_gpus_says_no_gpu_is_visible(cell_for: Callable[..., Cell]) -> None:
+    judged = verdict(cell_for("pytorch", "11.8"), Node("535.104.05", (), True, "given"))
     assert judged.reasons == (NO_GPU,)
 
 
-def test_unknown_compute_capability_is_a_reason() -> None:
-    judged = verdict(cell("pytorch", "11.8"), Node("535.104.05", (Gpu("NVIDIA A100", None),), True, "this host"))
+def test_unknown_compute_capability_is_a_reason(cell_for: Callable[..., Cell]) -> None:
+    judged = verdict(cell_for("pytorch", "11.8"), Node("535.104.05", (Gpu("NVIDIA A100", None),), True, "this host"))
     assert not judged.runs
     (reason,) = judged.reasons
     assert reason.startswith("compute capability unknown for NVIDIA A100")
 
 
-def test_every_gpu_is_judged_and_each_missing_arch_named_once() -> None:
+def test_every_gpu_is_judged_and_each_missing_arch_named_once(cell_for: Callable[..., Cell]) -> None:
     node = Node("535.104.05", (Gpu("A", "sm_80"), Gpu("B", "sm_90"), Gpu("C", "sm_90")), True, "given")
-    judged = verdict(cell("pytorch", "11.6"), node)
+    judged = verdict(cell_for("pytorch", "11.0"), node)
     assert [r.split(" in this build")[0] for r in judged.reasons] == [
         "no kernels for sm_90 (B)",
         "no kernels for sm_90 (C)",
     ]
 
 
-def test_container_runtime_missing_is_a_reason_and_unchecked_a_note() -> None:
-    c = cell("pytorch", "12.1")
+def test_container_runtime_missing_is_a_reason_and_unchecked_a_note(cell_for: Callable[..., Cell]) -> None:
+    c = cell_for("pytorch", "12.1")
     missing = verdict(c, Node("535.104.05", (Gpu("H100", "sm_90"),), False, "this host"))
     assert missing.reasons == (RUNTIME_MISSING,)
     assert "no nvidia runtime in `docker info`" in RUNTIME_MISSING and "no CDI spec" in RUNTIME_MISSING
@@ -277,10 +290,10 @@ def test_container_runtime_missing_is_a_reason_and_unchecked_a_note() -> None:
 # --- JSON and text ------------------------------------------------------------------------------------------
 
 
-def test_report_is_the_matrix_json_plus_the_verdict() -> None:
-    rows = report(CELLS, A10)
-    assert len(rows) == len(CELLS)
-    for c, row in zip(CELLS, rows, strict=True):
+def test_report_is_the_matrix_json_plus_the_verdict(cells: tuple[Cell, ...]) -> None:
+    rows = report(cells, A10)
+    assert len(rows) == len(cells)
+    for c, row in zip(cells, rows, strict=True):
         expected = c.as_json()
         assert {k: row[k] for k in expected} == expected
         assert set(row) == {*expected, "runs", "reasons", "run_notes"}
@@ -292,25 +305,27 @@ def test_report_is_the_matrix_json_plus_the_verdict() -> None:
     assert json.loads(json.dumps(rows)) == rows
 
 
-def test_format_report_shows_the_node_then_each_image_with_its_reasons() -> None:
+def test_format_report_shows_the_node_then_each_image_with_its_reasons(
+    cells: tuple[Cell, ...], cell_for: Callable[..., Cell]
+) -> None:
     node = node_from_flags("sm_90", "535.104.05", _no_probe)
-    text = format_report(report(CELLS, node), node)
+    text = format_report(report(cells, node), node)
     lines = text.splitlines()
     assert lines[0] == "node (given): driver 535.104.05; GPUs: GPU 0 (sm_90); NVIDIA container runtime: not checked"
-    # The note every image shares is said once, not 38 times.
+    # The note every image shares is said once, not once per image.
     assert lines[1] == "  every image, note: container runtime not checked"
     assert text.count("note: container runtime not checked") == 1
-    runs = sum(1 for c in CELLS if verdict(c, node).runs)
-    assert lines[2] == f"{runs} of {len(CELLS)} images run on this node."
-    old = cell("pytorch", "11.0")
+    runs = sum(1 for c in cells if verdict(c, node).runs)
+    assert lines[2] == f"{runs} of {len(cells)} images run on this node."
+    old = cell_for("pytorch", "11.0")
     index = lines.index(f"NO    {old.image}:{old.immutable_tag}")
     assert lines[index + 1].startswith("        - no kernels for sm_90 (GPU 0) in this build")
-    new = cell("pytorch", "12.1")
+    new = cell_for("pytorch", "12.1")
     assert f"RUNS  {new.image}:{new.immutable_tag}" in lines
 
 
-def test_format_report_groups_identical_gpus() -> None:
-    assert format_report(report(CELLS[:1], H100), H100).splitlines()[0] == (
+def test_format_report_groups_identical_gpus(cells: tuple[Cell, ...]) -> None:
+    assert format_report(report(cells[:1], H100), H100).splitlines()[0] == (
         "node (given): driver 535.104.05; GPUs: 2x NVIDIA H100 80GB HBM3 (sm_90); NVIDIA container runtime: configured"
     )
 
@@ -353,7 +368,7 @@ def no_hook(_: str) -> str | None:
 
 
 def probe(run: FakeRun, tmp_path: Path, nvml: Callable[[], list[tuple[int, int]] | None] = lambda: None) -> Node:
-    return probe_host(run, nvml_capabilities=nvml, cdi_dirs=[tmp_path], which=no_hook)
+    return probe_host(Runner(run), nvml_capabilities=nvml, cdi_dirs=[tmp_path], which=no_hook)
 
 
 def test_probe_reads_gpus_archs_and_driver_from_nvidia_smi(tmp_path: Path) -> None:
@@ -383,11 +398,13 @@ def test_probe_falls_back_to_nvml_when_nvidia_smi_has_no_compute_cap(tmp_path: P
     assert node.container_runtime is False
 
 
-def test_probe_without_compute_cap_or_pynvml_leaves_the_arch_unknown(tmp_path: Path) -> None:
+def test_probe_without_compute_cap_or_pynvml_leaves_the_arch_unknown(
+    tmp_path: Path, cell_for: Callable[..., Cell]
+) -> None:
     run = FakeRun({SMI_NEW: done("", 2), SMI_OLD: done("Tesla T4, 470.57.02\n"), DOCKER: done(RUNTIMES_WITH_NVIDIA)})
     node = probe(run, tmp_path, nvml=lambda: None)
     assert node.gpus == (Gpu("Tesla T4", None),)
-    assert verdict(cell("pytorch", "11.0"), node).reasons[0].startswith("compute capability unknown for Tesla T4")
+    assert verdict(cell_for("pytorch", "11.0"), node).reasons[0].startswith("compute capability unknown for Tesla T4")
 
 
 @pytest.mark.parametrize(
@@ -400,32 +417,33 @@ def test_probe_without_compute_cap_or_pynvml_leaves_the_arch_unknown(tmp_path: P
     ids=["missing", "hanging", "failing"],
 )
 def test_probe_without_a_working_nvidia_smi_finds_no_driver(
-    tmp_path: Path, failure: subprocess.CompletedProcess[str] | BaseException
+    tmp_path: Path, failure: subprocess.CompletedProcess[str] | BaseException, cell_for: Callable[..., Cell]
 ) -> None:
     run = FakeRun({("nvidia-smi",): failure, DOCKER: done(RUNTIMES_PLAIN)})
     node = probe(run, tmp_path)
     assert (node.driver, node.gpus) == (None, ())
-    assert verdict(cell("pytorch", "12.1"), node).reasons[0] == NO_DRIVER
+    assert verdict(cell_for("pytorch", "12.1"), node).reasons[0] == NO_DRIVER
 
 
 def test_runtime_is_none_when_docker_is_missing_or_unreachable(tmp_path: Path) -> None:
-    assert probe_container_runtime(FakeRun({}), cdi_dirs=[tmp_path], which=no_hook) is None
+    assert probe_container_runtime(Runner(FakeRun({})), cdi_dirs=[tmp_path], which=no_hook) is None
     unreachable = FakeRun({DOCKER: done("", 1, "Cannot connect to the Docker daemon")})
-    assert probe_container_runtime(unreachable, cdi_dirs=[tmp_path], which=no_hook) is None
+    assert probe_container_runtime(Runner(unreachable), cdi_dirs=[tmp_path], which=no_hook) is None
     hanging = FakeRun({DOCKER: subprocess.TimeoutExpired("docker", 15)})
-    assert probe_container_runtime(hanging, cdi_dirs=[tmp_path], which=no_hook) is None
+    assert probe_container_runtime(Runner(hanging), cdi_dirs=[tmp_path], which=no_hook) is None
 
 
 def test_runtime_from_docker_info(tmp_path: Path) -> None:
     with_nvidia = FakeRun({DOCKER: done(RUNTIMES_WITH_NVIDIA)})
-    assert probe_container_runtime(with_nvidia, cdi_dirs=[tmp_path], which=no_hook) is True
+    assert probe_container_runtime(Runner(with_nvidia), cdi_dirs=[tmp_path], which=no_hook) is True
     plain = FakeRun({DOCKER: done(RUNTIMES_PLAIN)})
-    assert probe_container_runtime(plain, cdi_dirs=[tmp_path], which=no_hook) is False
+    assert probe_container_runtime(Runner(plain), cdi_dirs=[tmp_path], which=no_hook) is False
 
 
 def test_runtime_from_a_cdi_spec_or_the_gpus_hook(tmp_path: Path) -> None:
     plain = FakeRun({DOCKER: done(RUNTIMES_PLAIN)})
     (tmp_path / "nvidia.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n")
-    assert probe_container_runtime(plain, cdi_dirs=[tmp_path / "absent", tmp_path], which=no_hook) is True
+    assert probe_container_runtime(Runner(plain), cdi_dirs=[tmp_path / "absent", tmp_path], which=no_hook) is True
     hook = "/usr/bin/nvidia-container-runtime-hook"
-    assert probe_container_runtime(plain, cdi_dirs=[], which=lambda name: hook if name in hook else None) is True
+    found = probe_container_runtime(Runner(plain), cdi_dirs=[], which=lambda name: hook if name in hook else None)
+    assert found is True

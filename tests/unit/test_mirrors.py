@@ -1,4 +1,5 @@
-"""Mirror profiles resolved into one cell's build arguments, and the host's own apt sources (both formats)."""
+"""Mirror profiles of the fixture matrix resolved into one cell's build arguments, and the host's own apt sources
+(both formats)."""
 
 from __future__ import annotations
 
@@ -81,28 +82,32 @@ def test_host_apt_uris_keeps_file_order_without_duplicates(tmp_path: Path) -> No
     ]
 
 
+@pytest.mark.parametrize(
+    ("sources", "apt", "security"),
+    [
+        pytest.param(
+            {"sources.list.d/debian.sources": DEB822},
+            "http://mirror.example.org/debian",
+            "http://mirror.example.org/debian-security/",
+            id="given",
+        ),
+        pytest.param(
+            {"sources.list": "deb http://mirror.example.org/debian/ bookworm main\n"},
+            "http://mirror.example.org/debian/",
+            "http://mirror.example.org/debian-security",
+            id="derived",
+        ),
+    ],
+)
 def test_host_profile_uses_the_hosts_debian_mirror(
-    matrix: Matrix, cell: CellLookup, deb822_sources: list[Path]
+    matrix: Matrix, cell: CellLookup, tmp_path: Path, sources: dict[str, str], apt: str, security: str
 ) -> None:
-    args = resolve(matrix, "host", cell(*TORCH_DEBIAN), deb822_sources)
-    assert args == MirrorArgs(
-        "host", apt="http://mirror.example.org/debian", apt_security="http://mirror.example.org/debian-security/"
-    )
-    assert args.build_args() == {
-        "MIRROR_PROFILE": "host",
-        "APT_MIRROR": "http://mirror.example.org/debian",
-        "APT_SECURITY_MIRROR": "http://mirror.example.org/debian-security/",
-    }
-
-
-def test_host_profile_derives_the_security_mirror(matrix: Matrix, cell: CellLookup, tmp_path: Path) -> None:
-    sources = tmp_path / "sources.list"
-    sources.write_text("deb http://mirror.example.org/debian/ bookworm main\n", encoding="utf-8")
-    args = resolve(matrix, "host", cell(*TORCH_DEBIAN), [sources])
-    assert (args.apt, args.apt_security) == (
-        "http://mirror.example.org/debian/",
-        "http://mirror.example.org/debian-security",
-    )
+    for name, text in sources.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    args = resolve(matrix, "host", cell(*TORCH_DEBIAN), [tmp_path / "sources.list", tmp_path / "sources.list.d"])
+    assert args == MirrorArgs("host", apt=apt, apt_security=security)
+    assert args.build_args() == {"MIRROR_PROFILE": "host", "APT_MIRROR": apt, "APT_SECURITY_MIRROR": security}
 
 
 def test_host_profile_keeps_upstream_for_an_ubuntu_cell(
@@ -132,50 +137,50 @@ def test_none_profile_sets_only_the_profile_name(matrix: Matrix, cell: CellLooku
         assert args.notes == ()
 
 
-def test_tuna_says_it_does_not_mirror_pytorch_wheels(matrix: Matrix, cell: CellLookup) -> None:
-    args = resolve(matrix, "tuna", cell(*TORCH_CU118))
+def test_a_profile_without_pytorch_wheels_says_so(matrix: Matrix, cell: CellLookup) -> None:
+    args = resolve(matrix, "campus", cell(*TORCH_CU118))
     assert args.build_args() == {
-        "MIRROR_PROFILE": "tuna",
-        "APT_MIRROR": "http://mirrors.tuna.tsinghua.edu.cn/ubuntu/",
-        "PIP_INDEX_URL": "https://pypi.tuna.tsinghua.edu.cn/simple",
+        "MIRROR_PROFILE": "campus",
+        "APT_MIRROR": "http://campus.example.org/ubuntu/",
+        "PIP_INDEX_URL": "https://campus.example.org/pypi/simple",
     }
     assert args.notes == (
-        "tuna does not mirror PyTorch's cu118 wheels; they come from upstream https://download.pytorch.org/whl/cu118",
+        "campus does not mirror PyTorch's cu118 wheels; they come from upstream https://download.pytorch.org/whl/cu118",
     )
 
 
-def test_tuna_on_debian_sets_both_apt_mirrors(matrix: Matrix, cell: CellLookup) -> None:
-    args = resolve(matrix, "tuna", cell(*TORCH_DEBIAN))
+def test_a_profile_on_debian_sets_both_apt_mirrors(matrix: Matrix, cell: CellLookup) -> None:
+    args = resolve(matrix, "campus", cell(*TORCH_DEBIAN))
     assert (args.apt, args.apt_security) == (
-        "http://mirrors.tuna.tsinghua.edu.cn/debian/",
-        "http://mirrors.tuna.tsinghua.edu.cn/debian-security/",
+        "http://campus.example.org/debian/",
+        "http://campus.example.org/debian-security/",
     )
     assert args.notes == ()  # PyPI's default wheel comes through the PyPI mirror
 
 
-def test_aliyun_serves_pytorch_wheels_by_find_links(matrix: Matrix, cell: CellLookup) -> None:
-    args = resolve(matrix, "aliyun", cell(*TORCH_CU118)).build_args()
-    assert args["TORCH_FIND_LINKS"] == "https://mirrors.aliyun.com/pytorch-wheels/cu118/"
+def test_a_profile_with_pytorch_wheels_serves_them_by_find_links(matrix: Matrix, cell: CellLookup) -> None:
+    args = resolve(matrix, "cloud", cell(*TORCH_CU118)).build_args()
+    assert args["TORCH_FIND_LINKS"] == "https://cloud.example.net/pytorch-wheels/cu118/"
     assert args["TORCH_INDEX_URL"] == ""  # the upstream index is then not asked at all
-    old = resolve(matrix, "aliyun", cell(*TORCH_FIND_LINKS)).build_args()
-    assert (old["TORCH_FIND_LINKS"], old["TORCH_INDEX_URL"]) == ("https://mirrors.aliyun.com/pytorch-wheels/cu110/", "")
+    old = resolve(matrix, "cloud", cell(*TORCH_FIND_LINKS)).build_args()
+    assert (old["TORCH_FIND_LINKS"], old["TORCH_INDEX_URL"]) == ("https://cloud.example.net/pytorch-wheels/cu110/", "")
 
 
 def test_mirrors_say_they_do_not_carry_nvidias_apt_repository(matrix: Matrix, cell: CellLookup) -> None:
-    args = resolve(matrix, "ustc", cell(*TF_BASE))
-    assert args.notes == ("ustc does not mirror NVIDIA's CUDA apt repository; the base image keeps NVIDIA's source",)
+    args = resolve(matrix, "cloud", cell(*TF_BASE))
+    assert args.notes == ("cloud does not mirror NVIDIA's CUDA apt repository; the base image keeps NVIDIA's source",)
     assert "TORCH_INDEX_URL" not in args.build_args()
 
 
 def test_tensorflow_wheel_cell_gets_no_pytorch_mirror_advice(matrix: Matrix, cell: CellLookup) -> None:
     tf = cell("tensorflow", "cuda11.8-tf2.14.1-py3.10-runtime")
-    assert resolve(matrix, "tuna", tf).notes == ()
-    assert "TORCH_FIND_LINKS" not in resolve(matrix, "aliyun", tf).build_args()
+    assert resolve(matrix, "campus", tf).notes == ()
+    assert "TORCH_FIND_LINKS" not in resolve(matrix, "cloud", tf).build_args()
 
 
 def test_unknown_profile_lists_the_allowed_profiles(matrix: Matrix, cell: CellLookup) -> None:
     with pytest.raises(InputError) as caught:
         resolve(matrix, "tsinghua", cell(*TORCH_CU118))
     assert caught.value.report() == (
-        "error: --mirror: unknown mirror profile 'tsinghua' (allowed: none, tuna, aliyun, ustc, host)"
+        "error: --mirror: unknown mirror profile 'tsinghua' (allowed: none, campus, cloud, host)"
     )

@@ -1,39 +1,18 @@
 """dl-bench without a GPU: flag parsing, the memory-saving arithmetic, the built-in ResNet-50,
-and its behaviour as a script (skip with 77, usage errors with 2)."""
+and its behaviour as a script (skip with 77; what it shares with dl-smoke is in test_payload_commands.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from payload_scripts import BENCH, needs_torch, run_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "src" / "dlimages" / "payload" / "dl_bench.py"
-needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (pip install torch)")
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dl_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
-
-
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # hide any GPU: the skip path on every host
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120, check=False
-    )
+from dlimages.payload import dl_bench as bench
+from dlimages.payload import dl_stack as stack
 
 
 def _row(mode: str, batch: int, peak: float | None, status: str = "ok") -> dict[str, Any]:
@@ -47,7 +26,7 @@ def test_default_modes_leave_compile_out_and_flag_adds_it() -> None:
 
 
 def test_unknown_mode_is_a_usage_error() -> None:
-    with pytest.raises(bench.UsageError, match="unknown mode"):
+    with pytest.raises(stack.UsageError, match="unknown mode"):
         bench.parse_modes("fp32,fp8", False)
 
 
@@ -60,7 +39,7 @@ def test_batch_size_default_and_per_mode_override_in_any_order() -> None:
 
 @pytest.mark.parametrize("value", ["0", "x", "amp_fp16=-1", "fp64=128"])
 def test_bad_batch_size_is_a_usage_error(value: str) -> None:
-    with pytest.raises(bench.UsageError):
+    with pytest.raises(stack.UsageError):
         bench.parse_batch_sizes([value], ["fp32"])
 
 
@@ -122,7 +101,7 @@ def test_builtin_resnet50_matches_torchvision_shape() -> None:
 
 @needs_torch
 def test_no_gpu_skips_with_77() -> None:
-    result = _run("--iters", "1")
+    result = run_script(BENCH, "--iters", "1")
     assert result.returncode == 77
     assert "no GPU visible" in result.stderr
 
@@ -130,22 +109,7 @@ def test_no_gpu_skips_with_77() -> None:
 @needs_torch
 def test_no_gpu_skips_with_77_as_json(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    result = _run("--json", "--out", str(out))
+    result = run_script(BENCH, "--json", "--out", str(out))
     report = json.loads(result.stdout)
     assert (result.returncode, report["status"], report["exit_code"], report["modes"]) == (77, "skipped", 77, [])
     assert json.loads(out.read_text()) == report
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--modes", "fp8"], "unknown mode(s) fp8"),
-        (["--batch-size", "amp_fp16=0"], "--batch-size amp_fp16 must be a positive integer"),
-        (["--iters", "0"], "--warmup and --iters must be at least 1"),
-        (["--warmup", "x"], "invalid int value"),
-    ],
-)
-def test_usage_errors_exit_2(args: list[str], message: str) -> None:
-    result = _run(*args)
-    assert result.returncode == 2
-    assert message in result.stderr

@@ -2,165 +2,29 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import subprocess
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_docker import LOCAL_ID, OTHER_ID, REF, REFUSED, REG, REMOTE, FakeDocker
 
 from dlimages.errors import InputError
-from dlimages.push import (
-    PushError,
-    PushResult,
-    build_report,
-    failure_kind,
-    image_manifest,
-    parse_digest,
-    plan_push,
-    push_image,
-    registry_ref,
-    write_report,
-)
-
-LOCAL_ID = "sha256:" + "a" * 64
-OTHER_ID = "sha256:" + "b" * 64
-REF = "lab/pytorch-universal-dev:v1.0"
-REG = "127.0.0.1:5000"
-REMOTE = f"{REG}/{REF}"
-REFUSED = 'Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused'
-
-Reply = tuple[int, str, str]  # returncode, stdout, stderr
-
-
-class FakeDocker:
-    """Enough of the docker CLI for push.py: tags, a registry keyed by repo@digest, scripted failures."""
-
-    def __init__(self, tags: dict[str, str] | None = None) -> None:
-        self.tags = dict(tags if tags is not None else {REF: LOCAL_ID})
-        self.registry: dict[str, str] = {}  # "repo@digest" -> image ID
-        self.push_replies: list[Reply] = []  # consumed first, then pushes succeed
-        self.pull_replies: list[Reply] = []
-        self.pulled_id: str | None = None  # what a pull-back yields instead of the pushed image
-        self.run_replies: dict[str, Reply] = {}
-        self.calls: list[list[str]] = []
-
-    def __call__(self, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        assert kwargs == {"capture_output": True, "text": True, "timeout": kwargs["timeout"], "check": False}
-        self.calls.append(list(argv))
-        rc, out, err = self._answer(argv[1:])
-        return subprocess.CompletedProcess(argv, rc, out, err)
-
-    def _answer(self, args: list[str]) -> Reply:
-        match args:
-            case ["image", "inspect", "--format", "{{.Id}}", ref]:
-                found = self.tags.get(ref)
-                return (0, found + "\n", "") if found else (1, "", f"Error: No such image: {ref}")
-            case ["image", "inspect", ref]:
-                info = {"Id": self.tags[ref], "Size": 74502040, "RepoDigests": [], "Config": {"Labels": {"b": "2"}}}
-                return 0, json.dumps([info]), ""
-            case ["tag", source, target]:
-                self.tags[target] = self.tags[source]
-                return 0, "", ""
-            case ["push", remote]:
-                if self.push_replies:
-                    return self.push_replies.pop(0)
-                repo, tag = remote.rsplit(":", 1)
-                digest = "sha256:" + hashlib.sha256(self.tags[remote].encode()).hexdigest()
-                self.registry[f"{repo}@{digest}"] = self.tags[remote]
-                out = (
-                    f"The push refers to repository [{repo}]\nbcac0a5b6318: Pushed\n{tag}: digest: {digest} size: 529\n"
-                )
-                return 0, out, ""
-            case ["pull", pinned]:
-                if self.pull_replies:
-                    return self.pull_replies.pop(0)
-                if pinned not in self.registry:
-                    return 1, "", "Error response from daemon: manifest unknown"
-                self.tags[pinned] = self.pulled_id or self.registry[pinned]
-                return 0, f"Digest: {pinned.split('@')[1]}\n", ""
-            case ["rmi", "--no-prune", ref]:
-                del self.tags[ref]
-                # As dockerd does: the repository's digest references go with its last tag.
-                repo = ref.rsplit(":", 1)[0]
-                if not any(name.startswith(f"{repo}:") for name in self.tags):
-                    self.tags = {name: i for name, i in self.tags.items() if not name.startswith(f"{repo}@")}
-                return 0, f"Untagged: {ref}\n", ""
-            case ["run", "--rm", "--entrypoint", entrypoint, *_]:
-                return self.run_replies[entrypoint]
-        raise AssertionError(f"unexpected docker call: {args}")
-
-    def verbs(self) -> list[str]:
-        return [" ".join(call[1:3]) for call in self.calls]
+from dlimages.push import PushError, failure_kind, parse_digest, plan_push, push_image
+from dlimages.runner import Runner
 
 
 def push(docker: FakeDocker, refs: Sequence[str] = (REF,), registries: Sequence[str] = (REG,), **kw: Any) -> Any:
     sleeps: list[float] = []
-    results = push_image(list(refs), list(registries), run=docker, sleep=sleeps.append, **kw)
+    results = push_image(list(refs), list(registries), runner=Runner(docker), sleep=sleeps.append, **kw)
     return results, sleeps
 
 
 def push_failing(docker: FakeDocker, registries: Sequence[str] = (REG,), **kw: Any) -> tuple[PushError, list[float]]:
     sleeps: list[float] = []
     with pytest.raises(PushError) as caught:
-        push_image([REF], list(registries), run=docker, sleep=sleeps.append, **kw)
+        push_image([REF], list(registries), runner=Runner(docker), sleep=sleeps.append, **kw)
     return caught.value, sleeps
-
-
-# --- registry text and refs ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("registry", "expected"),
-    [
-        ("127.0.0.1:5000", "127.0.0.1:5000/lab/pytorch-universal-dev:v1.0"),
-        ("localhost", "localhost/lab/pytorch-universal-dev:v1.0"),
-        ("registry.example.com/team", "registry.example.com/team/lab/pytorch-universal-dev:v1.0"),
-        ("[::1]:5000", "[::1]:5000/lab/pytorch-universal-dev:v1.0"),
-    ],
-)
-def test_registry_ref(registry: str, expected: str) -> None:
-    assert registry_ref(registry, REF) == expected
-
-
-@pytest.mark.parametrize(
-    ("registry", "message"),
-    [
-        ("", "'' is empty"),
-        ("http://127.0.0.1:5000", "has a scheme"),
-        ("127.0.0.1:5000/", "ends with '/'"),
-        ("127.0.0.1 :5000", "contains whitespace"),
-        ("127.0.0.1:99999", "has port '99999', not a number from 1 to 65535"),
-        ("127.0.0.1:x", "has port 'x'"),
-        ("reg_istry.com", "has no valid host name ('reg_istry.com')"),
-        ("myregistry", "would be read by docker as a Docker Hub namespace"),
-        ("registry.example.com/Team", "has path part 'Team'"),
-    ],
-)
-def test_registry_text_is_validated(registry: str, message: str) -> None:
-    with pytest.raises(InputError) as caught:
-        registry_ref(registry, REF)
-    (problem,) = caught.value.problems
-    assert problem.where == "--registry"
-    assert message in problem.message
-    assert problem.allowed.startswith("host[:port]")
-
-
-@pytest.mark.parametrize(
-    ("ref", "message"),
-    [
-        ("lab/x@sha256:" + "0" * 64, "is a digest reference"),
-        ("Lab/x:v1", "is not a repository name"),
-        ("lab/x:-v1", "has tag '-v1'"),
-        ("ghcr.io/lab/x:v1", "already names a registry ('ghcr.io')"),
-    ],
-)
-def test_image_ref_is_validated(ref: str, message: str) -> None:
-    with pytest.raises(InputError) as caught:
-        registry_ref(REG, ref)
-    assert message in caught.value.problems[0].message
 
 
 def test_plan_reports_every_problem_at_once_and_keeps_order() -> None:
@@ -249,7 +113,7 @@ def test_timeout_counts_as_transient() -> None:
         return docker(argv, **kwargs)
 
     sleeps: list[float] = []
-    (result,) = push_image([REF], [REG], run=hanging_once, sleep=sleeps.append, backoff=0.5)
+    (result,) = push_image([REF], [REG], runner=Runner(hanging_once), sleep=sleeps.append, backoff=0.5)
     assert result.ok and result.attempts == 2 and sleeps == [0.5]
 
 
@@ -258,7 +122,7 @@ def test_auth_failure_is_not_retried_and_says_docker_login() -> None:
     docker.push_replies = [(1, "The push refers to repository [127.0.0.1:5000/lab/x]\n", "no basic auth credentials")]
     sleeps: list[float] = []
     with pytest.raises(PushError) as caught:
-        push_image([REF, "lab/x:v1"], [REG, "localhost:5001"], run=docker, sleep=sleeps.append)
+        push_image([REF, "lab/x:v1"], [REG, "localhost:5001"], runner=Runner(docker), sleep=sleeps.append)
     message = f"{REG} refused the credentials for {REF}: run `docker login {REG}` (or check --registry)"
     assert message in str(caught.value)
     assert sleeps == []
@@ -336,7 +200,7 @@ def test_ref_rebuilt_during_push_keeps_the_temporary_tag_and_fails() -> None:
         return done
 
     with pytest.raises(PushError) as caught:
-        push_image([REF], [REG], run=rebuilt_meanwhile, sleep=lambda _: None)
+        push_image([REF], [REG], runner=Runner(rebuilt_meanwhile), sleep=lambda _: None)
     (result,) = caught.value.results
     assert result.verified and not result.ok  # the registry has what was pushed, but it is not REF any more
     assert result.error is not None and f"{REF} now names another image" in result.error
@@ -358,76 +222,10 @@ def test_engine_down_is_a_push_error() -> None:
         return subprocess.CompletedProcess(argv, 1, "", err)
 
     with pytest.raises(PushError, match="the Docker engine is not reachable"):
-        push_image([REF], [REG], run=no_engine)
+        push_image([REF], [REG], runner=Runner(no_engine))
 
 
 @pytest.mark.parametrize(("retries", "backoff"), [(-1, 2.0), (3, -0.5)])
 def test_negative_retries_or_backoff_are_input_errors(retries: int, backoff: float) -> None:
     with pytest.raises(InputError):
         push(FakeDocker(), retries=retries, backoff=backoff)
-
-
-# --- report ----------------------------------------------------------------------------------------------------
-
-
-def test_image_manifest() -> None:
-    docker = FakeDocker()
-    docker.run_replies = {
-        "/opt/venv/bin/python": (
-            0,
-            json.dumps([{"name": "torch", "version": "2.1.2"}, {"name": "Pip", "version": "24"}]),
-            "",
-        ),
-        "dpkg-query": (0, "ii \tbash=5.2.15-2+b7\nrc \told=1\nii \tzlib1g=1:1.2.13\n", ""),
-    }
-    manifest = image_manifest(REF, docker)
-    assert manifest == {
-        "ref": REF,
-        "id": LOCAL_ID,
-        "size": 74502040,
-        "repo_digests": [],
-        "labels": {"b": "2"},
-        "pip": {"Pip": "24", "torch": "2.1.2"},
-        "dpkg": {"bash": "5.2.15-2+b7", "zlib1g": "1:1.2.13"},
-    }
-    assert [
-        "docker",
-        "run",
-        "--rm",
-        "--entrypoint",
-        "/opt/venv/bin/python",
-        REF,
-        "-m",
-        "pip",
-        "list",
-        "--format=json",
-    ] in docker.calls
-    assert image_manifest(REF, docker, python=None)["pip"] is None
-
-    docker.run_replies["dpkg-query"] = (127, "", 'exec: "dpkg-query": executable file not found in $PATH')
-    with pytest.raises(PushError, match=r"dpkg-query in lab/pytorch-universal-dev:v1\.0 failed: exec"):
-        image_manifest(REF, docker, python=None)
-
-
-def test_report_json_shape_sorted_and_atomic(tmp_path: Path) -> None:
-    results = [
-        PushResult("localhost:5001", REF, f"localhost:5001/{REF}", "sha256:" + "1" * 64, True, 1, None, 1.25, 0.5),
-        PushResult(REG, REF, REMOTE, "sha256:" + "1" * 64, True, 2, None, 1.0, 0.25),
-    ]
-    entries = build_report(results, {REF: {"id": LOCAL_ID, "size": 1}})
-    path = tmp_path / "out" / "push-report.json"
-    write_report(path, entries)
-    text = path.read_text(encoding="utf-8")
-    data = json.loads(text)
-    assert [entry["ref"] for entry in data] == [REF]
-    assert data[0]["image"] == {"id": LOCAL_ID, "size": 1}
-    assert [p["remote_ref"] for p in data[0]["pushed"]] == [REMOTE, f"localhost:5001/{REF}"]
-    assert set(data[0]["pushed"][1]) == {
-        "registry", "ref", "remote_ref", "digest", "verified", "attempts", "error", "push_seconds", "verify_seconds",
-    }  # fmt: skip
-    assert text == json.dumps(data, sort_keys=True, indent=2) + "\n"
-    assert [p.name for p in path.parent.iterdir()] == ["push-report.json"]
-
-    write_report(path, [])  # replaces, leaves no temporary file behind
-    assert path.read_text(encoding="utf-8") == "[]\n"
-    assert [p.name for p in path.parent.iterdir()] == ["push-report.json"]

@@ -1,9 +1,11 @@
-"""Rendering Dockerfiles: exact golden output for representative cells, invariants for all, and images/ drift.
+"""Rendering Dockerfiles: exact golden output for representative cells of the fixture matrix, invariants for every
+cell of the real one, output that is the same from one process to the next, and images/ drift.
 
-Golden files live in tests/unit/golden/<slug>.Dockerfile. After an intended template or matrix change,
-regenerate them and review the diff:
+Golden files live in tests/unit/golden/<slug>.Dockerfile: the fixture's cells rendered with the repo's templates.
+After an intended template change (or a change to those cells in tests/fixtures/matrix.yaml), regenerate them and
+review the diff:
 
-    DLIMAGES_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_render.py -k golden
+    DLIMAGES_UPDATE_GOLDEN=1 python3 -m pytest tests/unit/test_render.py -k golden
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -44,16 +47,22 @@ GOLDEN_CELLS = [
     ("pytorch", "cuda11.8-torch2.1.2-py3.10-runtime"),
     # Debian 12 base made by `invoke base`, PyPI's default wheel (CUDA 12.1 libraries from PyPI).
     ("pytorch", "cuda12.1-torch2.1.2-py3.11-runtime"),
+    # PyTorch's find-links page, torchaudio without a local version tag.
+    ("pytorch", "cuda11.0-torch1.7.1-py3.8-runtime"),
     # nvidia/cuda devel base with the system's CUDA, and the package set's per-release overrides.
     ("tensorflow", "cuda11.0-tf2.4.4-py3.8-devel"),
+    # nvidia/cuda base with a newer cuDNN than upstream tested: a note in the header.
+    ("tensorflow", "cuda11.8-tf2.13.1-py3.10-runtime"),
+    # TensorFlow's CUDA libraries from PyPI, installed by name.
+    ("tensorflow", "cuda11.8-tf2.14.1-py3.10-runtime"),
 ]
 
 
 @pytest.fixture(scope="module")
-def rendered(matrix: Matrix, expansion: Expansion) -> dict[str, str]:
-    """Every cell's Dockerfile, rendered from the repo's templates, keyed by its path under images/."""
+def rendered(real_matrix: Matrix, real_expansion: Expansion) -> dict[str, str]:
+    """Every real cell's Dockerfile, rendered from the repo's templates, keyed by its path under images/."""
     env = environment(REPO)
-    return {cell.dockerfile: render_cell(env, matrix, cell) for cell in expansion.cells}
+    return {cell.dockerfile: render_cell(env, real_matrix, cell) for cell in real_expansion.cells}
 
 
 def _instructions(dockerfile: str) -> list[str]:
@@ -86,40 +95,87 @@ def test_golden_render(matrix: Matrix, cell: CellLookup, framework: str, slug: s
     assert text == golden.read_text(encoding="utf-8"), f"{slug} renders differently from {golden.name}"
 
 
-def test_golden_files_match_the_committed_images(cell: CellLookup) -> None:
-    for framework, slug in GOLDEN_CELLS:
-        committed = REPO / cell(framework, slug).dockerfile
-        assert committed.read_text(encoding="utf-8") == (GOLDEN / f"{slug}.Dockerfile").read_text(encoding="utf-8")
+def _golden(slug: str) -> str:
+    return (GOLDEN / f"{slug}.Dockerfile").read_text(encoding="utf-8")
+
+
+def test_golden_files_are_the_golden_cells() -> None:
+    assert sorted(p.name for p in GOLDEN.glob("*.Dockerfile")) == sorted(
+        f"{slug}.Dockerfile" for _, slug in GOLDEN_CELLS
+    )
 
 
 def test_golden_cells_show_what_makes_them_representative() -> None:
-    ubuntu = (GOLDEN / "cuda11.8-torch2.1.2-py3.10-runtime.Dockerfile").read_text(encoding="utf-8")
+    ubuntu = _golden("cuda11.8-torch2.1.2-py3.10-runtime")
+    assert "# Cell: test/pytorch-dev:v0.9-cuda11.8-torch2.1.2-py3.10-runtime\n" in ubuntu
     assert "ARG BASE_IMAGE=ubuntu:22.04\n" in ubuntu
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu118\n" in ubuntu
     assert '"torch==2.1.2+cu118"' in ubuntu
-    debian = (GOLDEN / "cuda12.1-torch2.1.2-py3.11-runtime.Dockerfile").read_text(encoding="utf-8")
+    debian = _golden("cuda12.1-torch2.1.2-py3.11-runtime")
     assert (
         "# Made locally from an apt mirror by `invoke base` (no registry needed).\n"
         "ARG BASE_IMAGE=dlimages/base:debian12\n" in debian
     )
     assert "TORCH_INDEX_URL" not in debian and '"torch==2.1.2" \\' in debian
     assert "/etc/apt/sources.list.d/debian.sources" in debian
-    tf = (GOLDEN / "cuda11.0-tf2.4.4-py3.8-devel.Dockerfile").read_text(encoding="utf-8")
+    old = _golden("cuda11.0-torch1.7.1-py3.8-runtime")
+    assert "ARG TORCH_FIND_LINKS=https://download.pytorch.org/whl/torch_stable.html\n" in old
+    assert '"torchaudio==0.7.2"' in old
+    tf = _golden("cuda11.0-tf2.4.4-py3.8-devel")
     assert "ARG BASE_IMAGE=nvidia/cuda:11.0.3-cudnn8-devel-ubuntu20.04\n" in tf
     assert '"numpy==1.19.5"' in tf and "NVIDIA_REQUIRE_CUDA=" not in tf
+    assert "# Note: upstream tested cuDNN 8.6;" in _golden("cuda11.8-tf2.13.1-py3.10-runtime")
+    assert '"nvidia-cudnn-cu11==8.7.0.84"' in _golden("cuda11.8-tf2.14.1-py3.10-runtime")
+
+
+def test_every_pip_run_mounts_the_secrets_and_trusts_the_extra_ca_only_when_given() -> None:
+    # templates/macros.j2 writes this preamble for every RUN that calls pip.
+    runs = [i for i in _instructions(_golden("cuda11.8-torch2.1.2-py3.10-runtime")) if i.startswith("RUN ")]
+    pip_runs = [run for run in runs if "pip install" in run]
+    assert len(pip_runs) == 3  # pip itself, the framework, the package set
+    for run in pip_runs:
+        assert "--mount=type=secret,id=pip_ca,uid=1000 " in run
+        assert "if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi" in run
+    assert sum("--mount=type=secret,id=netrc," in run for run in pip_runs) == 2
 
 
 # --- Invariants of every rendered Dockerfile ----------------------------------------------------------------
 
 
-def test_rendering_is_deterministic(matrix: Matrix, expansion: Expansion, rendered: dict[str, str]) -> None:
-    env = environment(REPO)
-    assert {c.dockerfile: render_cell(env, matrix, c) for c in expansion.cells} == rendered
-    assert render_tree(REPO, matrix, expansion) == render_tree(REPO, matrix, expansion)
+# `invoke render`, without tasks.py: the package calls that task makes, in the current folder.
+_RENDER = """
+from pathlib import Path
+from dlimages.project import Project
+from dlimages.render import render_tree, write_tree
+project = Project(Path.cwd())
+write_tree(project.root, render_tree(project.root, project.matrix, project.expansion))
+"""
 
 
-def test_every_dockerfile_starts_with_the_generated_header(expansion: Expansion, rendered: dict[str, str]) -> None:
-    for c in expansion.cells:
+def _tree(root: Path) -> dict[str, tuple[bytes, bool]]:
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), os.access(p, os.X_OK))
+        for p in sorted((root / "images").rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_rendering_is_the_same_in_two_processes(tmp_path: Path) -> None:
+    # Two interpreters with different hash seeds: set or dict order leaking into the output would show here.
+    trees = []
+    for seed in ("1", "2"):
+        root = tmp_path / f"render-{seed}"
+        root.mkdir()
+        shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
+        shutil.copytree(REPO / "templates", root / "templates")
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", _RENDER], cwd=root, env=env, check=True, timeout=60)
+        trees.append(_tree(root))
+    assert trees[0] and trees[0] == trees[1]
+
+
+def test_every_dockerfile_starts_with_the_generated_header(real_expansion: Expansion, rendered: dict[str, str]) -> None:
+    for c in real_expansion.cells:
         head = rendered[c.dockerfile].splitlines()[:4]
         assert (
             head[0]
@@ -131,8 +187,8 @@ def test_every_dockerfile_starts_with_the_generated_header(expansion: Expansion,
         assert head[3] == f"# Build: {build}"
 
 
-def test_every_dockerfile_labels_its_facts(expansion: Expansion, rendered: dict[str, str]) -> None:
-    for c in expansion.cells:
+def test_every_dockerfile_labels_its_facts(real_expansion: Expansion, rendered: dict[str, str]) -> None:
+    for c in real_expansion.cells:
         [label] = [i for i in _instructions(rendered[c.dockerfile]) if i.startswith("LABEL ")]
         labels = dict(re.findall(r'(\S+)="([^"]*)"', label))
         expected = {
@@ -150,8 +206,8 @@ def test_every_dockerfile_labels_its_facts(expansion: Expansion, rendered: dict[
         assert {key: labels.get(key) for key in expected} == expected, c.slug
 
 
-def test_every_dockerfile_exposes_the_gpu(expansion: Expansion, rendered: dict[str, str]) -> None:
-    for c in expansion.cells:
+def test_every_dockerfile_exposes_the_gpu(real_expansion: Expansion, rendered: dict[str, str]) -> None:
+    for c in real_expansion.cells:
         text = rendered[c.dockerfile]
         env = " ".join(i for i in _instructions(text) if i.startswith("ENV "))
         assert "NVIDIA_VISIBLE_DEVICES=all" in env, c.slug
@@ -163,8 +219,8 @@ def test_every_dockerfile_exposes_the_gpu(expansion: Expansion, rendered: dict[s
             assert "NVIDIA_REQUIRE_CUDA" not in env, f"{c.slug} must keep the base image's driver-branch exceptions"
 
 
-def test_every_dockerfile_ends_as_a_non_root_user(expansion: Expansion, rendered: dict[str, str]) -> None:
-    for c in expansion.cells:
+def test_every_dockerfile_ends_as_a_non_root_user(real_expansion: Expansion, rendered: dict[str, str]) -> None:
+    for c in real_expansion.cells:
         users = [i for i in _instructions(rendered[c.dockerfile]) if i.startswith("USER ")]
         assert users, c.slug
         assert re.fullmatch(r"USER 1000(:1000)?", users[-1]), f"{c.slug}: last {users[-1]!r}"
@@ -209,8 +265,8 @@ def _pip_requirements(instruction: str) -> list[str]:
     return requirements
 
 
-def test_every_pip_requirement_is_pinned(expansion: Expansion, rendered: dict[str, str]) -> None:
-    for c in expansion.cells:
+def test_every_pip_requirement_is_pinned(real_expansion: Expansion, rendered: dict[str, str]) -> None:
+    for c in real_expansion.cells:
         runs = [i for i in _instructions(rendered[c.dockerfile]) if i.startswith("RUN ")]
         requirements = [r for run in runs for r in _pip_requirements(run)]
         assert len(requirements) >= 1 + len(c.install.requirements) + len(c.packages), c.slug
@@ -225,8 +281,8 @@ def test_the_pin_check_catches_an_unpinned_requirement() -> None:
     assert _pip_requirements(run) == ["numpy==1.0", "scipy", "pip"]
 
 
-def test_every_apt_layer_removes_the_package_lists(expansion: Expansion, rendered: dict[str, str]) -> None:
-    for c in expansion.cells:
+def test_every_apt_layer_removes_the_package_lists(real_expansion: Expansion, rendered: dict[str, str]) -> None:
+    for c in real_expansion.cells:
         updates = [i for i in _instructions(rendered[c.dockerfile]) if "apt-get update" in i]
         assert updates, c.slug
         for run in updates:
@@ -239,8 +295,8 @@ def test_no_dockerfile_pins_a_frontend_syntax(rendered: dict[str, str]) -> None:
         assert not re.search(r"^#\s*syntax\s*=", text, re.MULTILINE | re.IGNORECASE), path
 
 
-def test_every_dockerfile_copies_its_own_cell_json(expansion: Expansion, rendered: dict[str, str]) -> None:
-    for c in expansion.cells:
+def test_every_dockerfile_copies_its_own_cell_json(real_expansion: Expansion, rendered: dict[str, str]) -> None:
+    for c in real_expansion.cells:
         assert (
             f"COPY --chown=root:root {c.framework}/{c.slug}/cell.json /etc/dlimages/cell.json" in rendered[c.dockerfile]
         )
@@ -249,14 +305,14 @@ def test_every_dockerfile_copies_its_own_cell_json(expansion: Expansion, rendere
 # --- images/ on disk ------------------------------------------------------------------------------------------
 
 
-def test_committed_images_are_up_to_date(matrix: Matrix, expansion: Expansion) -> None:
-    problems = stale_files(REPO, render_tree(REPO, matrix, expansion))
+def test_committed_images_are_up_to_date(real_matrix: Matrix, real_expansion: Expansion) -> None:
+    problems = stale_files(REPO, render_tree(REPO, real_matrix, real_expansion))
     assert problems == [], "\n".join(map(str, problems))
 
 
 @pytest.fixture
 def rendered_copy(repo_copy: Path) -> Rendered:
-    """A temporary repo with images/ freshly written."""
+    """A temporary repo (the fixture matrix, the real templates) with images/ freshly written."""
     project = Project(repo_copy)
     files = render_tree(repo_copy, project.matrix, project.expansion)
     assert len(write_tree(repo_copy, files)) == len(files)
@@ -283,11 +339,11 @@ def test_stale_files_detects_a_missing_file(rendered_copy: Rendered) -> None:
 
 def test_stale_files_detects_an_extra_file(rendered_copy: Rendered) -> None:
     root, files = rendered_copy
-    extra = root / "images/pytorch/cuda11.7-torch2.0.0-py3.10-runtime/Dockerfile"
+    extra = root / "images/pytorch/cuda11.7-torch9.0.0-py3.10-runtime/Dockerfile"
     extra.parent.mkdir()
     extra.write_text("FROM scratch\n", encoding="utf-8")
     assert [str(p) for p in stale_files(root, files)] == [
-        "images/pytorch/cuda11.7-torch2.0.0-py3.10-runtime/Dockerfile: not generated by any cell; "
+        "images/pytorch/cuda11.7-torch9.0.0-py3.10-runtime/Dockerfile: not generated by any cell; "
         "run `invoke render` to remove it"
     ]
 

@@ -13,6 +13,7 @@ from types import ModuleType
 import pytest
 
 from dlimages.errors import InputError
+from dlimages.project import Project
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "lab/pytorch-universal-dev"
@@ -69,12 +70,12 @@ def test_build_dry_run_prints_the_command_and_both_tags() -> None:
     [
         pytest.param(
             ["--cuda", "11.7"],
-            "error: --cuda: unknown CUDA version '11.7' (allowed: 11.0, 11.6, 11.8, 12.1)",
+            "error: --cuda: unknown CUDA version '11.7' (allowed: ",  # the lists: test_selection.py
             id="cuda",
         ),
         pytest.param(
             ["--torch", "9.9"],
-            "error: --torch: no release matches '9.9' (allowed: 1.7.1, 1.13.1, 2.0.1, 2.1.2, 2.2.2, 2.3.1, 2.4.1)",
+            "error: --torch: no release matches '9.9' (allowed: ",
             id="torch",
         ),
         pytest.param(
@@ -106,7 +107,7 @@ def test_matrix_json_describes_every_cell() -> None:
     result = invoke("matrix", "--json")
     assert result.returncode == 0, result.stderr
     cells = json.loads(result.stdout)
-    assert isinstance(cells, list) and len(cells) == 38
+    assert isinstance(cells, list) and cells  # which cells: tests/unit/snapshots/matrix.json
     keys = {
         "image",
         "tags",
@@ -134,11 +135,18 @@ def test_matrix_json_describes_every_cell() -> None:
     )
 
 
+def _counts() -> tuple[int, int]:
+    """The real matrix's numbers of valid cells and excluded combinations (the cells: snapshots/matrix.json)."""
+    expansion = Project(REPO).expansion
+    return len(expansion.cells), len(expansion.excluded)
+
+
 def test_matrix_table_lists_the_cells() -> None:
     result = invoke("matrix")
     assert result.returncode == 0, result.stderr
     assert "v1.0-cuda11.8-torch2.1.2-py3.10-runtime, v1.0" in result.stdout
-    assert "38 valid cells; `invoke matrix --explain` shows the 202 excluded." in result.stdout
+    cells, excluded = _counts()
+    assert f"\n{cells} valid cells; `invoke matrix --explain` shows the {excluded} excluded.\n" in result.stdout
 
 
 def test_matrix_explain_lists_the_exclusions() -> None:
@@ -151,7 +159,8 @@ def test_matrix_explain_lists_the_exclusions() -> None:
     )
     assert "TensorFlow 2.4.4 + CUDA 11.0 + Python 3.10 (runtime): excluded" in out
     assert "[no-duplicate-cuda;" in out and "[base-image;" in out and "[python-wheel;" in out
-    assert out.rstrip().endswith("38 valid cells, 202 combinations excluded.")
+    cells, excluded = _counts()
+    assert out.rstrip().endswith(f"\n\n{cells} valid cells, {excluded} combinations excluded.")
 
 
 def test_render_check_passes_on_the_repo() -> None:

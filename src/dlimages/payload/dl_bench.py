@@ -3,10 +3,10 @@
 throughput (images/s) and peak GPU memory per precision mode, to prove an image is not only
 correct but configured to be fast (TF32, AMP, channels_last, torch.compile).
 
-Standalone on purpose (stdlib plus torch, torchvision optional): it is copied into images and
-also runs as a plain script on any host, so it must not import dlimages. It stays compatible
-with Python 3.8, the oldest Python in the matrix, and with torch 1.7 onwards (newer APIs are
-looked up with hasattr).
+Standalone on purpose (stdlib, torch, torchvision optional, and dl_stack.py beside it): it is
+copied into images and also runs as a plain script on any host, so it must not import dlimages.
+It stays compatible with Python 3.8, the oldest Python in the matrix, and with torch 1.7 onwards
+(newer APIs are looked up with hasattr).
 
 Exit codes: 0 every mode ran (or was skipped as unsupported), 1 a mode failed, 2 usage error,
 77 skipped (no GPU visible).
@@ -16,22 +16,22 @@ Exit codes: 0 every mode ran (or was skipped as unsupported), 1 a mode failed, 2
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import math
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-EXIT_PASSED = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-# 77 is the automake/ctest convention for "skipped"; a run without a GPU must never look green.
-EXIT_SKIPPED = 77
+# dl_stack.py lies beside this file, in images (/usr/local/bin) as in the source tree. Run as a plain
+# script there is no package and the script's own folder comes first on sys.path; imported as
+# dlimages.payload.dl_bench (and by mypy) it is the package's sibling module.
+if TYPE_CHECKING or __package__:
+    from . import dl_stack
+else:
+    import dl_stack
 
 IMAGE_SIZE = 224
 NUM_CLASSES = 1000
@@ -41,10 +41,6 @@ LR = 0.01
 MOMENTUM = 0.9
 WEIGHT_DECAY = 1e-4
 GIB = float(2**30)
-
-
-class UsageError(Exception):
-    """Bad input from the person running the script: exit 2 with the message."""
 
 
 class Mode(NamedTuple):
@@ -83,7 +79,7 @@ def parse_modes(text: str | None, with_compile: bool) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()] if text else list(DEFAULT_MODES)
     unknown = [n for n in names if n not in MODES]
     if unknown:
-        raise UsageError(f"unknown mode(s) {', '.join(unknown)} (known: {', '.join(MODES)})")
+        raise dl_stack.UsageError(f"unknown mode(s) {', '.join(unknown)} (known: {', '.join(MODES)})")
     if with_compile and "compile" not in names:
         names.append("compile")
     seen: list[str] = []
@@ -97,9 +93,9 @@ def _positive_int(text: str, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise UsageError(f"{what} must be a positive integer, got {text!r}") from None
+        raise dl_stack.UsageError(f"{what} must be a positive integer, got {text!r}") from None
     if value <= 0:
-        raise UsageError(f"{what} must be a positive integer, got {text!r}")
+        raise dl_stack.UsageError(f"{what} must be a positive integer, got {text!r}")
     return value
 
 
@@ -112,7 +108,7 @@ def parse_batch_sizes(values: Sequence[str] | None, modes: Sequence[str]) -> dic
             name, _, size = value.partition("=")
             name = name.strip()
             if name not in MODES:
-                raise UsageError(f"--batch-size {value}: unknown mode {name!r} (known: {', '.join(MODES)})")
+                raise dl_stack.UsageError(f"--batch-size {value}: unknown mode {name!r} (known: {', '.join(MODES)})")
             overrides[name] = _positive_int(size, f"--batch-size {name}")
         else:
             default = _positive_int(value, "--batch-size")
@@ -146,8 +142,8 @@ def add_memory_savings(results: list[dict[str, Any]]) -> None:
 def decide_outcome(results: Sequence[dict[str, Any]]) -> tuple[str, int]:
     """A mode that errored fails the run; a mode skipped as unsupported does not."""
     if any(r["status"] not in ("ok", "skipped") for r in results):
-        return "failed", EXIT_FAILED
-    return "passed", EXIT_PASSED
+        return "failed", dl_stack.EXIT_FAILED
+    return "passed", dl_stack.EXIT_PASSED
 
 
 def render_table(report: dict[str, Any]) -> str:
@@ -181,45 +177,32 @@ def render_table(report: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def read_driver_version() -> str | None:
-    """The NVIDIA driver version from nvidia-smi, else pynvml, else None.
-
-    Duplicated in dl_smoke.py on purpose: each payload script must stand alone in an image.
-    """
-    try:
-        result = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
-        lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
-        if result.returncode == 0 and lines:
-            return lines[0]
-    except (OSError, subprocess.SubprocessError):
-        pass
-    try:
-        import pynvml  # type: ignore[import-not-found, unused-ignore]
-
-        pynvml.nvmlInit()
-        try:
-            version = pynvml.nvmlSystemGetDriverVersion()
-        finally:
-            pynvml.nvmlShutdown()
-        return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:  # pynvml absent or no driver: the driver is simply unknown
-        return None
-
-
 def cudnn_version_text(torch: ModuleType) -> str | None:
-    """cuDNN's int as text: <= 8 encodes M*1000+m*100+p, 9 on encodes M*10000+m*100+p."""
+    """The cuDNN torch was built with, as major.minor.patch; None without cuDNN."""
     if not torch.backends.cudnn.is_available():
         return None
-    value = int(torch.backends.cudnn.version())
-    if value >= 10000:
-        return f"{value // 10000}.{value % 10000 // 100}.{value % 100}"
-    return f"{value // 1000}.{value % 1000 // 100}.{value % 100}"
+    return dl_stack.format_version(dl_stack.decode_cudnn_version(torch.backends.cudnn.version()))
+
+
+def environment(torch: ModuleType, model_source: str) -> dict[str, Any]:
+    available = torch.cuda.is_available()
+    try:
+        import torchvision  # type: ignore[import-not-found, unused-ignore]
+
+        vision: str | None = torchvision.__version__
+    except Exception:
+        vision = None
+    return {
+        "torch": torch.__version__,
+        "torchvision": vision,
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn_version_text(torch) if available else None,
+        "gpu": torch.cuda.get_device_name(0) if available else None,
+        "capability": "{}.{}".format(*torch.cuda.get_device_capability(0)) if available else None,
+        "driver": dl_stack.read_driver_version(),
+        "python": dl_stack.python_version(),
+        "model": model_source,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,23 +306,6 @@ def set_tf32(torch: ModuleType, enabled: bool) -> None:
     torch.backends.cudnn.allow_tf32 = enabled
 
 
-def autocast(torch: ModuleType, dtype_name: str | None) -> Any:
-    if dtype_name is None:
-        return contextlib.nullcontext()
-    dtype = getattr(torch, dtype_name)
-    if hasattr(torch, "autocast"):  # 1.10+
-        return torch.autocast(device_type="cuda", dtype=dtype)
-    return torch.cuda.amp.autocast()  # fp16 only; bf16 modes are skipped before this
-
-
-def grad_scaler(torch: ModuleType) -> Any:
-    # torch.amp.GradScaler arrived in 2.3 and torch.cuda.amp.GradScaler is deprecated since.
-    amp = getattr(torch, "amp", None)
-    if amp is not None and hasattr(amp, "GradScaler"):
-        return amp.GradScaler("cuda")
-    return torch.cuda.amp.GradScaler()
-
-
 def unsupported_reason(torch: ModuleType, mode: Mode) -> str | None:
     """Why this torch or GPU cannot run the mode at all (a skip, not a failure)."""
     if mode.compile and not hasattr(torch, "compile"):
@@ -378,21 +344,15 @@ def time_mode(
     criterion = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
     forward = torch.compile(model) if mode.compile else model
-    scaler = grad_scaler(torch) if mode.autocast == "float16" else None
+    scaler = dl_stack.torch_grad_scaler(torch) if mode.autocast == "float16" else None
     if not (images.is_cuda and labels.is_cuda and all(p.is_cuda for p in model.parameters())):
         raise RuntimeError("benchmark tensors are not on the GPU")
 
     def step() -> Any:
         _zero_grad(optimizer)
-        with autocast(torch, mode.autocast):
+        with dl_stack.torch_autocast(torch, mode.autocast):
             loss = criterion(forward(images), labels)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
+        dl_stack.torch_backward_step(loss, optimizer, scaler)
         return loss
 
     warm_start = time.perf_counter()
@@ -452,37 +412,10 @@ def run_mode(
         result["peak_mem_gib"] = round(torch.cuda.max_memory_allocated(0) / GIB, 2)
         result["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved(0) / GIB, 2)
     except Exception as error:  # OOM, compile failures, driver errors: record and go on
-        result.update(status="oom" if _is_oom(error) else "error", error=first_line(str(error)))
+        result.update(status="oom" if _is_oom(error) else "error", error=dl_stack.first_line(str(error)))
     gc.collect()
     torch.cuda.empty_cache()
     return result
-
-
-def first_line(text: str, limit: int = 300) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    line = lines[0] if lines else text
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def environment(torch: ModuleType, model_source: str) -> dict[str, Any]:
-    available = torch.cuda.is_available()
-    try:
-        import torchvision  # type: ignore[import-not-found, unused-ignore]
-
-        vision: str | None = torchvision.__version__
-    except Exception:
-        vision = None
-    return {
-        "torch": torch.__version__,
-        "torchvision": vision,
-        "cuda": torch.version.cuda,
-        "cudnn": cudnn_version_text(torch) if available else None,
-        "gpu": torch.cuda.get_device_name(0) if available else None,
-        "capability": "{}.{}".format(*torch.cuda.get_device_capability(0)) if available else None,
-        "driver": read_driver_version(),
-        "python": "{}.{}.{}".format(*sys.version_info[:3]),
-        "model": model_source,
-    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -527,22 +460,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.warmup < 1 or args.iters < 1:
-            raise UsageError("--warmup and --iters must be at least 1")
+            raise dl_stack.UsageError("--warmup and --iters must be at least 1")
         modes = parse_modes(args.modes, args.compile)
         batch_sizes = parse_batch_sizes(args.batch_size, modes)
         try:
             import torch
         except Exception as error:  # a broken install raises OSError etc., not only ImportError
-            raise UsageError(f"cannot import torch ({type(error).__name__}: {first_line(str(error))})") from None
-    except UsageError as error:
+            error_text = f"{type(error).__name__}: {dl_stack.first_line(str(error))}"
+            raise dl_stack.UsageError(f"cannot import torch ({error_text})") from None
+    except dl_stack.UsageError as error:
         parser.print_usage(sys.stderr)
         sys.stderr.write(f"dl-bench: error: {error}\n")
-        return EXIT_USAGE
+        return dl_stack.EXIT_USAGE
 
     build_model, model_source = resnet50_factory(torch)
     report: dict[str, Any] = {
         "status": "skipped",
-        "exit_code": EXIT_SKIPPED,
+        "exit_code": dl_stack.EXIT_SKIPPED,
         "benchmark": "resnet50-synthetic-train",
         "warmup": args.warmup,
         "iters": args.iters,
@@ -553,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("dl-bench: no GPU visible to torch; skipped (exit 77)\n")
         if args.json or args.out:
             emit(report, args)
-        return EXIT_SKIPPED
+        return dl_stack.EXIT_SKIPPED
 
     # cuDNN autotuning picks the fastest convolution per shape; the shapes never change here.
     torch.backends.cudnn.benchmark = True

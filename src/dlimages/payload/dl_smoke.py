@@ -3,9 +3,9 @@
 framework sees the GPU, was built with kernels for it, matches the cell's versions, and can
 train a few mixed-precision steps on it.
 
-Standalone on purpose (stdlib plus the framework only): it is copied into images and also runs
-as a plain script on any host, so it must not import dlimages. It stays compatible with
-Python 3.8, the oldest Python in the matrix.
+Standalone on purpose (stdlib, the framework and dl_stack.py beside it): it is copied into
+images and also runs as a plain script on any host, so it must not import dlimages. It stays
+compatible with Python 3.8, the oldest Python in the matrix.
 
 Exit codes: 0 passed on a GPU, 1 a check failed, 2 usage error, 77 skipped (no GPU visible).
 """
@@ -14,23 +14,24 @@ Exit codes: 0 passed on a GPU, 1 a check failed, 2 usage error, 77 skipped (no G
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-EXIT_PASSED = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-# 77 is the automake/ctest convention for "skipped"; a run without a GPU must never look green.
-EXIT_SKIPPED = 77
+# dl_stack.py lies beside this file, in images (/usr/local/bin) as in the source tree. Run as a plain
+# script there is no package and the script's own folder comes first on sys.path; imported as
+# dlimages.payload.dl_smoke (and by mypy) it is the package's sibling module.
+if TYPE_CHECKING or __package__:
+    from . import dl_stack
+else:
+    import dl_stack
 
 DEFAULT_CELL_FILE = "/etc/dlimages/cell.json"
 CELL_KEYS = (
@@ -42,12 +43,8 @@ CELL_KEYS = (
     "min_driver",
     "cuda_arch_list",
 )
-FRAMEWORK_ALIASES = {
-    "pytorch": "pytorch",
-    "torch": "pytorch",
-    "tensorflow": "tensorflow",
-    "tf": "tensorflow",
-}
+# A framework answers to its name and to its flag: pytorch or torch, tensorflow or tf.
+FRAMEWORK_ALIASES = {alias: f.name for f in dl_stack.FRAMEWORKS.values() for alias in (f.name, f.flag)}
 
 PASS = "pass"  # noqa: S105 (a check status, not a password)
 FAIL = "fail"
@@ -91,24 +88,10 @@ TRAIN_LR = 1e-2
 TRAIN_SEED = 0
 
 
-class UsageError(Exception):
-    """Bad input from the person running the script: exit 2 with the message."""
-
-
 class Check(NamedTuple):
     name: str
     status: str
     detail: str
-
-
-class ArchEntry(NamedTuple):
-    """One entry of a build's CUDA arch list: sm_XY is a cubin, compute_XY is PTX."""
-
-    kind: str  # "sm" or "compute"
-    major: int
-    minor: int
-    variant: str  # "" portable, "a" arch-specific, "f" family-specific
-    text: str
 
 
 class Expectations(NamedTuple):
@@ -134,97 +117,11 @@ class Probe(NamedTuple):
 # Pure rules: versions, arch compatibility, error classification, outcome.
 # ---------------------------------------------------------------------------------------------
 
-_ARCH_RE = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
-_VERSION_RE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
-
-
-def parse_arch(entry: str) -> ArchEntry | None:
-    """Parse "sm_90", "sm_100a", "compute_80" (the last digit is the minor); None if not an arch."""
-    match = _ARCH_RE.match(entry.strip().lower())
-    if match is None:
-        return None
-    kind, major, minor, variant = match.groups()
-    return ArchEntry(kind, int(major), int(minor), variant, entry.strip())
-
-
-def arch_name(capability: tuple[int, int]) -> str:
-    return f"sm_{capability[0]}{capability[1]}"
-
-
-def entry_runs_on(entry: ArchEntry, capability: tuple[int, int]) -> bool:
-    """CUDA's binary-compatibility rule for one arch-list entry on a GPU of `capability`.
-
-    A cubin sm_XY runs on the same major X with minor >= Y; PTX compute_XY is JIT-compiled by
-    the driver for any GPU at least XY. Arch-specific "a" targets (sm_90a) run only on exactly
-    that GPU; family-specific "f" targets (sm_100f) on the same major with minor >= Y.
-    """
-    major, minor = capability
-    if entry.variant == "a":
-        return (entry.major, entry.minor) == (major, minor)
-    if entry.variant == "f" or entry.kind == "sm":
-        return entry.major == major and entry.minor <= minor
-    return (entry.major, entry.minor) <= (major, minor)
-
-
-def kernel_for_capability(capability: tuple[int, int], arch_list: Sequence[str]) -> str | None:
-    """The arch-list entry a GPU would run from, preferring a cubin over JIT from PTX."""
-    entries = [e for e in (parse_arch(a) for a in arch_list) if e is not None]
-    runnable = [e for e in entries if entry_runs_on(e, capability)]
-    cubins = [e for e in runnable if e.kind == "sm"]
-    # The newest matching cubin is the one the loader picks; PTX is the fallback.
-    for group in (cubins, runnable):
-        if group:
-            return max(group, key=lambda e: (e.major, e.minor)).text
-    return None
-
 
 def describe_no_kernel(capability: tuple[int, int], arch_list: Sequence[str]) -> str:
     return "no kernel image for {} in this build (build has: {})".format(
-        arch_name(capability), " ".join(arch_list) if arch_list else "nothing listed"
+        dl_stack.arch_name(capability), " ".join(arch_list) if arch_list else "nothing listed"
     )
-
-
-def parse_version(text: str | None) -> tuple[int, ...] | None:
-    """Leading dotted numbers of a version string: "2.11.0+cu130" -> (2, 11, 0)."""
-    if text is None:
-        return None
-    match = _VERSION_RE.match(str(text))
-    if match is None:
-        return None
-    return tuple(int(part) for part in match.group(1).split("."))
-
-
-def decode_cudnn_version(value: int | str | None) -> tuple[int, int, int] | None:
-    """Decode cuDNN's integer version (or a dotted string) into (major, minor, patch).
-
-    cuDNN up to 8 encodes major*1000 + minor*100 + patch (8005 -> 8.0.5, 8902 -> 8.9.2);
-    cuDNN 9 switched to major*10000 + minor*100 + patch (90100 -> 9.1.0), so any value of
-    10000 or more uses the new encoding (the old one never reached a major of 10).
-    """
-    if value is None:
-        return None
-    if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            return None
-        if "." not in text and text.isdigit() and int(text) >= 1000:
-            return decode_cudnn_version(int(text))
-        parts = parse_version(text)
-        if parts is None:
-            return None
-        padded = (*tuple(parts), 0, 0)
-        return (padded[0], padded[1], padded[2])
-    number = int(value)
-    if number >= 10000:
-        return (number // 10000, (number % 10000) // 100, number % 100)
-    if number >= 1000:
-        return (number // 1000, (number % 1000) // 100, number % 100)
-    # A bare major ("8" from TF's build info).
-    return (number, 0, 0)
-
-
-def format_version(parts: Sequence[int] | None) -> str:
-    return "unknown" if parts is None else ".".join(str(p) for p in parts)
 
 
 def version_matches(found: Sequence[int] | None, expected: Sequence[int], depth: int | None = None) -> bool:
@@ -236,8 +133,8 @@ def version_matches(found: Sequence[int] | None, expected: Sequence[int], depth:
 
 
 def driver_is_sufficient(driver: str, min_driver: str) -> bool | None:
-    have = parse_version(driver)
-    need = parse_version(min_driver)
+    have = dl_stack.parse_version(driver)
+    need = dl_stack.parse_version(min_driver)
     if have is None or need is None:
         return None
     return have >= need
@@ -255,13 +152,35 @@ def classify_cuda_error(text: str) -> str | None:
 
 def describe_driver_too_old(cuda: str | None, min_driver: str | None, driver: str | None) -> str:
     needed = min_driver
-    cuda_parts = parse_version(cuda)
+    cuda_parts = dl_stack.parse_version(cuda)
     if needed is None and cuda_parts is not None:
         needed = MIN_DRIVER_BY_CUDA_MAJOR.get(cuda_parts[0])
     text = "driver too old for CUDA {} (needs >= {})".format(cuda or "unknown", needed or "a newer driver")
     if driver:
         text += f"; found driver {driver}"
     return text
+
+
+def describe_cuda_failure(
+    text: str,
+    *,
+    capability: tuple[int, int] | None,
+    arch_list: Sequence[str] | None,
+    cuda: str | None,
+    exp: Expectations,
+    driver: str | None,
+    log: str = "",
+) -> str:
+    """A failed training step in the checks' words: no kernel, driver too old, else the error's first line.
+
+    `log` is what native code wrote to stderr (TF logs CUDA errors there): it helps classify, it is not shown.
+    """
+    kind = classify_cuda_error(f"{text} {log}")
+    if kind == DRIVER_TOO_OLD:
+        return describe_driver_too_old(cuda, exp.min_driver, driver)
+    if kind == NO_KERNEL and capability is not None:
+        return describe_no_kernel(capability, arch_list or [])
+    return dl_stack.first_line(text)
 
 
 def compare_check(
@@ -276,7 +195,7 @@ def compare_check(
     shown = found_text if found_text is not None else "none"
     if expected is None:
         return Check(name, SKIP, f"not checked (no expectation); found {shown}")
-    wanted = parse_version(expected)
+    wanted = dl_stack.parse_version(expected)
     if wanted is None:
         return Check(name, FAIL, f"cannot parse expected {label} {expected!r}")
     if version_matches(found, wanted, depth):
@@ -303,6 +222,23 @@ def arch_list_check(build: Sequence[str] | None, expected: Sequence[str] | None)
     return Check("build_arch_list", PASS, " ".join(build))
 
 
+def gpu_arch_check(
+    index: int, gpu_name: str, capability: tuple[int, int] | None, arch_list: Sequence[str] | None, unknown: str
+) -> Check:
+    """Which entry of the build's arch list GPU `index` runs, or FAIL naming what the build has.
+
+    `unknown` is the SKIP detail for when the capability or the arch list cannot be read.
+    """
+    name = f"arch[{index}]"
+    if capability is None or arch_list is None:
+        return Check(name, SKIP, unknown)
+    entry = dl_stack.kernel_for_capability(capability, arch_list)
+    if entry is None:
+        return Check(name, FAIL, describe_no_kernel(capability, arch_list))
+    jit = " (JIT from PTX)" if entry.startswith("compute") else ""
+    return Check(name, PASS, f"{gpu_name} {dl_stack.arch_name(capability)} runs {entry}{jit}")
+
+
 def loss_decreased(losses: Sequence[float], window: int = 3) -> bool:
     """Mean of the last `window` losses below the mean of the first `window`, all finite."""
     if len(losses) < 2 * window:
@@ -318,13 +254,19 @@ def describe_losses(losses: Sequence[float]) -> str:
     return f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps"
 
 
+def loss_check(name: str, losses: Sequence[float]) -> Check:
+    if loss_decreased(losses):
+        return Check(name, PASS, describe_losses(losses))
+    return Check(name, FAIL, "loss did not decrease: " + describe_losses(losses))
+
+
 def decide_outcome(checks: Sequence[Check], gpu_visible: bool) -> tuple[str, int]:
     """A failed check beats everything; without a GPU the run is skipped, never passed."""
     if any(c.status == FAIL for c in checks):
-        return "failed", EXIT_FAILED
+        return "failed", dl_stack.EXIT_FAILED
     if not gpu_visible:
-        return "skipped", EXIT_SKIPPED
-    return "passed", EXIT_PASSED
+        return "skipped", dl_stack.EXIT_SKIPPED
+    return "passed", dl_stack.EXIT_PASSED
 
 
 def normalize_framework(name: str | None) -> str | None:
@@ -332,7 +274,7 @@ def normalize_framework(name: str | None) -> str | None:
         return None
     key = name.strip().lower()
     if key not in FRAMEWORK_ALIASES:
-        raise UsageError(f"unknown framework {name!r} (use pytorch or tensorflow)")
+        raise dl_stack.UsageError("unknown framework {!r} (use {})".format(name, " or ".join(dl_stack.FRAMEWORKS)))
     return FRAMEWORK_ALIASES[key]
 
 
@@ -343,7 +285,7 @@ def validate_cell(data: Any, source: str) -> dict[str, Any]:
     (base image, tags, ...), whose schema the renderer validates; this script is one reader.
     """
     if not isinstance(data, dict):
-        raise UsageError(f"{source}: expected a JSON object")
+        raise dl_stack.UsageError(f"{source}: expected a JSON object")
     problems = []
     for key in CELL_KEYS:
         value = data.get(key)
@@ -353,13 +295,13 @@ def validate_cell(data: Any, source: str) -> dict[str, Any]:
             if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
                 problems.append('cuda_arch_list must be a list of strings like "sm_90"')
             else:
-                bad = [a for a in value if parse_arch(a) is None]
+                bad = [a for a in value if dl_stack.parse_arch(a) is None]
                 if bad:
                     problems.append("cuda_arch_list has entries that are not archs: {}".format(", ".join(bad)))
         elif not isinstance(value, (str, int, float)):
             problems.append(f"{key} must be a string")
     if problems:
-        raise UsageError("{}: {}".format(source, "; ".join(problems)))
+        raise dl_stack.UsageError("{}: {}".format(source, "; ".join(problems)))
     return {k: data[k] for k in CELL_KEYS if data.get(k) is not None}
 
 
@@ -390,13 +332,7 @@ def choose_framework(requested: str, expected: str | None) -> list[str]:
         return [requested]
     if expected is not None:
         return [expected]
-    return ["pytorch", "tensorflow"]
-
-
-def first_line(text: str, limit: int = 300) -> str:
-    lines = [line for line in str(text).strip().splitlines() if line.strip()]
-    line = lines[0] if lines else str(text)
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    return list(dl_stack.FRAMEWORKS)
 
 
 def build_report(framework: str, probe: Probe, checks: Sequence[Check]) -> dict[str, Any]:
@@ -424,34 +360,6 @@ def render_human(report: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Host facts (side effects kept small: read-only subprocess and file lookups).
 # ---------------------------------------------------------------------------------------------
-
-
-def read_driver_version() -> str | None:
-    """The NVIDIA driver version from nvidia-smi, else pynvml, else None."""
-    try:
-        result = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
-        lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
-        if result.returncode == 0 and lines:
-            return lines[0]
-    except (OSError, subprocess.SubprocessError):
-        pass
-    try:
-        import pynvml  # type: ignore[import-not-found, unused-ignore]
-
-        pynvml.nvmlInit()
-        try:
-            version = pynvml.nvmlSystemGetDriverVersion()
-        finally:
-            pynvml.nvmlShutdown()
-        return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:  # pynvml absent or no driver: the driver is simply unknown
-        return None
 
 
 def host_has_gpu() -> bool:
@@ -496,7 +404,7 @@ def common_checks(exp: Expectations, driver: str | None) -> list[Check]:
             "python_version",
             "Python",
             tuple(sys.version_info[:3]),
-            "{}.{}.{}".format(*sys.version_info[:3]),
+            dl_stack.python_version(),
             exp.python,
             2,
         )
@@ -521,6 +429,21 @@ def common_checks(exp: Expectations, driver: str | None) -> list[Check]:
             )
         )
     return checks
+
+
+def probe_versions(framework: str, cuda: str | None, cudnn: str | None, driver: str | None) -> dict[str, str | None]:
+    return {"python": dl_stack.python_version(), "framework": framework, "cuda": cuda, "cudnn": cudnn, "driver": driver}
+
+
+def version_checks(label: str, versions: dict[str, str | None], exp: Expectations) -> list[Check]:
+    """The framework's and its CUDA's versions against the cell."""
+    framework, cuda = versions["framework"], versions["cuda"]
+    return [
+        compare_check(
+            "framework_version", label, dl_stack.parse_version(framework), framework, exp.framework_version, None
+        ),
+        compare_check("cuda_version", "CUDA", dl_stack.parse_version(cuda), cuda, exp.cuda, 2),
+    ]
 
 
 def unavailable_check(
@@ -548,35 +471,18 @@ def unavailable_check(
             name,
             FAIL,
             "a GPU is present but the framework cannot use it: {}".format(
-                first_line(reason) if reason.strip() else "no reason given"
+                dl_stack.first_line(reason) if reason.strip() else "no reason given"
             ),
         ), True
     detail = "no GPU visible"
     if reason.strip():
-        detail += f" ({first_line(reason)})"
+        detail += f" ({dl_stack.first_line(reason)})"
     return Check(name, SKIP, detail), False
 
 
 # ---------------------------------------------------------------------------------------------
 # PyTorch.
 # ---------------------------------------------------------------------------------------------
-
-
-def torch_autocast(torch: ModuleType, dtype: Any) -> Any:
-    """Autocast context for CUDA; torch.autocast is 1.10+, torch.cuda.amp.autocast is fp16 only."""
-    if hasattr(torch, "autocast"):
-        return torch.autocast(device_type="cuda", dtype=dtype)
-    if dtype is torch.float16:
-        return torch.cuda.amp.autocast()
-    raise RuntimeError("this torch has no torch.autocast, so no bf16 autocast")
-
-
-def torch_grad_scaler(torch: ModuleType) -> Any:
-    # torch.amp.GradScaler arrived in 2.3 and torch.cuda.amp.GradScaler is deprecated since.
-    amp = getattr(torch, "amp", None)
-    if amp is not None and hasattr(amp, "GradScaler"):
-        return amp.GradScaler("cuda")
-    return torch.cuda.amp.GradScaler()
 
 
 def _off_gpu(tensors: dict[str, Any]) -> list[str]:
@@ -598,22 +504,16 @@ def train_torch(torch: ModuleType, device_index: int, dtype_name: str, steps: in
     ).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=TRAIN_LR)
     # bf16 has fp32's range, so only fp16 needs loss scaling.
-    scaler = torch_grad_scaler(torch) if dtype is torch.float16 else None
+    scaler = dl_stack.torch_grad_scaler(torch) if dtype is torch.float16 else None
     losses = []
     for _ in range(steps):
         optimizer.zero_grad()
-        with torch_autocast(torch, dtype):
+        with dl_stack.torch_autocast(torch, dtype_name):
             logits = model(x)
             loss = torch.nn.functional.cross_entropy(logits, y)
         if logits.dtype != dtype:
             raise RuntimeError(f"autocast did not engage: logits are {logits.dtype}, expected {dtype}")
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
+        dl_stack.torch_backward_step(loss, optimizer, scaler)
         losses.append(float(loss.item()))
     tensors = {"x": x, "y": y, "logits": logits, "loss": loss}
     for name, param in model.named_parameters():
@@ -629,37 +529,21 @@ def train_torch(torch: ModuleType, device_index: int, dtype_name: str, steps: in
     return losses
 
 
-def torch_train_check(torch: ModuleType, index: int, dtype_name: str, steps: int, describe_error: Any) -> Check:
+def torch_train_check(
+    torch: ModuleType, index: int, dtype_name: str, steps: int, describe_error: Callable[[str], str]
+) -> Check:
     name = "train_{}[{}]".format("amp_fp16" if dtype_name == "float16" else "amp_bf16", index)
     try:
         losses = train_torch(torch, index, dtype_name, steps)
     except RuntimeError as error:
         return Check(name, FAIL, describe_error(str(error)))
-    if loss_decreased(losses):
-        return Check(name, PASS, describe_losses(losses))
-    return Check(name, FAIL, "loss did not decrease: " + describe_losses(losses))
+    return loss_check(name, losses)
 
 
 def probe_torch(torch: ModuleType, exp: Expectations, steps: int, driver: str | None) -> Probe:
     cuda = torch.version.cuda
-    versions = {
-        "python": "{}.{}.{}".format(*sys.version_info[:3]),
-        "framework": torch.__version__,
-        "cuda": cuda,
-        "cudnn": None,
-        "driver": driver,
-    }
-    checks = [
-        compare_check(
-            "framework_version",
-            "torch",
-            parse_version(torch.__version__),
-            torch.__version__,
-            exp.framework_version,
-            None,
-        ),
-        compare_check("cuda_version", "CUDA", parse_version(cuda), cuda, exp.cuda, 2),
-    ]
+    versions = probe_versions(torch.__version__, cuda, None, driver)
+    checks = version_checks("torch", versions, exp)
     # is_available() warns (rather than raises) when the driver is too old; keep the text.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -681,53 +565,30 @@ def probe_torch(torch: ModuleType, exp: Expectations, steps: int, driver: str | 
 
     cudnn_parts = None
     if torch.backends.cudnn.is_available():
-        cudnn_parts = decode_cudnn_version(torch.backends.cudnn.version())
-        versions["cudnn"] = format_version(cudnn_parts)
+        cudnn_parts = dl_stack.decode_cudnn_version(torch.backends.cudnn.version())
+        versions["cudnn"] = dl_stack.format_version(cudnn_parts)
     checks.append(compare_check("cudnn_version", "cuDNN", cudnn_parts, versions["cudnn"], exp.cudnn, 2))
 
     gpus = []
     for index in range(count):
-        capability = tuple(torch.cuda.get_device_capability(index))
+        major, minor = torch.cuda.get_device_capability(index)
         props = torch.cuda.get_device_properties(index)
         gpus.append(
             {
                 "index": index,
                 "name": torch.cuda.get_device_name(index),
-                "capability": "{}.{}".format(*capability),
+                "capability": f"{major}.{minor}",
                 "memory_gib": round(props.total_memory / 2**30, 1),
             }
         )
-        arch_ok = True
-        if arch_list is None:
-            checks.append(Check(f"arch[{index}]", SKIP, "this torch has no get_arch_list(); not checked"))
-        else:
-            entry = kernel_for_capability((capability[0], capability[1]), arch_list)
-            arch_ok = entry is not None
-            checks.append(
-                Check(
-                    f"arch[{index}]",
-                    PASS if arch_ok else FAIL,
-                    "{} {} runs {}{}".format(
-                        gpus[-1]["name"],
-                        arch_name(capability),
-                        entry,
-                        " (JIT from PTX)" if entry and entry.startswith("compute") else "",
-                    )
-                    if arch_ok
-                    else describe_no_kernel(capability, arch_list),
-                )
-            )
-        if not arch_ok:
+        unknown = "this torch has no get_arch_list(); not checked"
+        arch = gpu_arch_check(index, gpus[-1]["name"], (major, minor), arch_list, unknown)
+        checks.append(arch)
+        if arch.status == FAIL:
             continue  # training would only repeat the failure in a less readable form
-
-        def describe_error(text: str, capability: Any = capability) -> str:
-            kind = classify_cuda_error(text)
-            if kind == NO_KERNEL:
-                return describe_no_kernel(capability, arch_list or [])
-            if kind == DRIVER_TOO_OLD:
-                return describe_driver_too_old(cuda, exp.min_driver, driver)
-            return first_line(text)
-
+        describe_error = functools.partial(
+            describe_cuda_failure, capability=(major, minor), arch_list=arch_list, cuda=cuda, exp=exp, driver=driver
+        )
         checks.append(torch_train_check(torch, index, "float16", steps, describe_error))
         bf16 = getattr(torch.cuda, "is_bf16_supported", None)
         if bf16 is not None and hasattr(torch, "autocast") and bf16():
@@ -802,49 +663,20 @@ def train_tensorflow(tf: ModuleType, device: str, steps: int) -> list[float]:
         tf_set_policy(tf, prior)
 
 
-def tf_cudnn_parts(raw: Any) -> tuple[int, ...] | None:
-    """TF reports cuDNN as "8" or "8.9" or an encoded int: keep only the parts it really gives."""
-    if raw is None or str(raw).strip() == "":
-        return None
-    text = str(raw).strip()
-    if text.isdigit() and int(text) >= 1000:
-        return decode_cudnn_version(int(text))
-    return parse_version(text)
-
-
 def probe_tensorflow(tf: ModuleType, exp: Expectations, steps: int, driver: str | None) -> Probe:
     info: dict[str, Any] = {}
     if hasattr(tf, "sysconfig") and hasattr(tf.sysconfig, "get_build_info"):
         info = dict(tf.sysconfig.get_build_info())
     cuda = info.get("cuda_version")
     cudnn_raw = info.get("cudnn_version")
-    cudnn_parts = tf_cudnn_parts(cudnn_raw)
-    versions = {
-        "python": "{}.{}.{}".format(*sys.version_info[:3]),
-        "framework": tf.__version__,
-        "cuda": str(cuda) if cuda else None,
-        "cudnn": str(cudnn_raw) if cudnn_raw else None,
-        "driver": driver,
-    }
+    # TF's build info often holds only the cuDNN major ("8"): compare no deeper than it gives.
+    cudnn_parts = dl_stack.decode_cudnn_version(cudnn_raw, pad=False)
+    cudnn_text = str(cudnn_raw) if cudnn_raw else None
+    versions = probe_versions(tf.__version__, str(cuda) if cuda else None, cudnn_text, driver)
+    depth = min(2, len(cudnn_parts)) if cudnn_parts else 2
     checks = [
-        compare_check(
-            "framework_version",
-            "tensorflow",
-            parse_version(tf.__version__),
-            tf.__version__,
-            exp.framework_version,
-            None,
-        ),
-        compare_check("cuda_version", "CUDA", parse_version(versions["cuda"]), versions["cuda"], exp.cuda, 2),
-        # TF's build info often holds only the cuDNN major ("8"): compare what it gives.
-        compare_check(
-            "cudnn_version",
-            "cuDNN",
-            cudnn_parts,
-            versions["cudnn"],
-            exp.cudnn,
-            min(2, len(cudnn_parts)) if cudnn_parts else 2,
-        ),
+        *version_checks("tensorflow", versions, exp),
+        compare_check("cudnn_version", "cuDNN", cudnn_parts, versions["cudnn"], exp.cudnn, depth),
     ]
     config = tf.config
     lister = getattr(config, "list_physical_devices", None) or config.experimental.list_physical_devices
@@ -863,29 +695,20 @@ def probe_tensorflow(tf: ModuleType, exp: Expectations, steps: int, driver: str 
 
     details_of = getattr(config.experimental, "get_device_details", None)
     gpu_rows = []
+    capabilities: list[tuple[int, int] | None] = []
     for index, gpu in enumerate(gpus):
         details = dict(details_of(gpu)) if details_of else {}
-        capability = details.get("compute_capability")
+        raw = details.get("compute_capability")
+        capabilities.append(None if raw is None else (int(raw[0]), int(raw[1])))
         gpu_rows.append(
             {
                 "index": index,
                 "name": details.get("device_name", gpu.name),
-                "capability": "{}.{}".format(*capability) if capability else None,
+                "capability": "{}.{}".format(*raw) if raw else None,
             }
         )
-        if capability is None or arch_list is None:
-            checks.append(Check(f"arch[{index}]", SKIP, "capability or build arch list unknown; not checked"))
-            continue
-        entry = kernel_for_capability((int(capability[0]), int(capability[1])), arch_list)
-        checks.append(
-            Check(
-                f"arch[{index}]",
-                PASS if entry else FAIL,
-                "{} {} runs {}".format(gpu_rows[-1]["name"], arch_name(capability), entry)
-                if entry
-                else describe_no_kernel(capability, arch_list),
-            )
-        )
+        unknown = "capability or build arch list unknown; not checked"
+        checks.append(gpu_arch_check(index, gpu_rows[-1]["name"], capabilities[-1], arch_list, unknown))
 
     # One GPU is enough for TF: Keras places the fit on one device anyway.
     name = "train_mixed_float16[0]"
@@ -894,25 +717,26 @@ def probe_tensorflow(tf: ModuleType, exp: Expectations, steps: int, driver: str 
             losses = train_tensorflow(tf, "/GPU:0", steps)
     except Exception as error:  # TF raises many types (InternalError, NotFoundError, ...)
         sys.stderr.write(native.text)
-        text = str(error) + " " + native.text
-        kind = classify_cuda_error(text)
-        if kind == DRIVER_TOO_OLD:
-            detail = describe_driver_too_old(versions["cuda"], exp.min_driver, driver)
-        elif kind == NO_KERNEL and gpu_rows[0]["capability"]:
-            capability = tuple(int(p) for p in gpu_rows[0]["capability"].split("."))
-            detail = describe_no_kernel((capability[0], capability[1]), arch_list or [])
-        else:
-            detail = first_line(str(error))
+        detail = describe_cuda_failure(
+            str(error),
+            capability=capabilities[0],
+            arch_list=arch_list,
+            cuda=versions["cuda"],
+            exp=exp,
+            driver=driver,
+            log=native.text,
+        )
         checks.append(Check(name, FAIL, detail))
         return Probe(checks, gpu_rows, versions, True)
-    checks.append(
-        Check(
-            name,
-            PASS if loss_decreased(losses) else FAIL,
-            ("" if loss_decreased(losses) else "loss did not decrease: ") + describe_losses(losses),
-        )
-    )
+    checks.append(loss_check(name, losses))
     return Probe(checks, gpu_rows, versions, True)
+
+
+# What each framework of dl_stack.FRAMEWORKS is probed with.
+PROBES: dict[str, Callable[[ModuleType, Expectations, int, str | None], Probe]] = {
+    "pytorch": probe_torch,
+    "tensorflow": probe_tensorflow,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -929,7 +753,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--framework",
-        choices=("auto", "pytorch", "tensorflow"),
+        choices=("auto", *dl_stack.FRAMEWORKS),
         default="auto",
         help="framework to test (default: the cell's, else whichever imports, PyTorch first)",
     )
@@ -957,9 +781,9 @@ def load_cell(path: str | None) -> dict[str, Any]:
         with open(path) as handle:
             data = json.load(handle)
     except OSError as error:
-        raise UsageError(f"cannot read cell file {path}: {error.strerror}") from None
+        raise dl_stack.UsageError(f"cannot read cell file {path}: {error.strerror}") from None
     except ValueError as error:
-        raise UsageError(f"cell file {path} is not valid JSON: {error}") from None
+        raise dl_stack.UsageError(f"cell file {path} is not valid JSON: {error}") from None
     return validate_cell(data, path)
 
 
@@ -969,15 +793,15 @@ def import_framework(name: str) -> tuple[ModuleType | None, str]:
         # TF's C++ start-up chatter would bury the summary; errors still get through.
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        module = __import__("torch" if name == "pytorch" else "tensorflow")
+        module = __import__(dl_stack.FRAMEWORKS[name].modules[0])
     except Exception as error:  # a broken install raises OSError etc., not only ImportError
-        return None, f"{type(error).__name__}: {first_line(str(error))}"
+        return None, f"{type(error).__name__}: {dl_stack.first_line(str(error))}"
     return module, ""
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.steps < 6:
-        raise UsageError("--steps must be at least 6 (the loss check compares 3 vs 3 steps)")
+        raise dl_stack.UsageError("--steps must be at least 6 (the loss check compares 3 vs 3 steps)")
     exp = resolve_expectations(load_cell(args.cell_file), args)
     candidates = choose_framework(args.framework, exp.framework)
     failures = []
@@ -986,14 +810,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if module is None:
             failures.append(f"{name} ({why})")
             continue
-        driver = read_driver_version()
-        probe_fn = probe_torch if name == "pytorch" else probe_tensorflow
-        probe = probe_fn(module, exp, args.steps, driver)
+        driver = dl_stack.read_driver_version()
+        probe = PROBES[name](module, exp, args.steps, driver)
         checks = common_checks(exp, driver) + probe.checks
         if exp.framework is not None and exp.framework != name:
             checks.append(Check("framework", FAIL, f"cell expects {exp.framework}, testing {name}"))
         return build_report(name, probe, checks)
-    raise UsageError("cannot import {}".format("; ".join(failures)))
+    raise dl_stack.UsageError("cannot import {}".format("; ".join(failures)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1001,10 +824,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report = run(args)
-    except UsageError as error:
+    except dl_stack.UsageError as error:
         parser.print_usage(sys.stderr)
         sys.stderr.write(f"dl-smoke: error: {error}\n")
-        return EXIT_USAGE
+        return dl_stack.EXIT_USAGE
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=False))
     else:

@@ -1,0 +1,35 @@
+"""The offline Debian 12 base (`invoke base`): scripts/make-base.sh, fed this host's Debian mirror.
+
+Cells whose OS is bootstrapped locally (matrix.yaml `os.*.bootstrap`) start FROM that image; a build makes it
+first when the engine lacks it, since no registry can be reached to pull one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from dlimages.cells import Cell
+from dlimages.mirrors import APT_SOURCES, debian_mirrors
+from dlimages.runner import Runner
+
+MAKE_BASE = "scripts/make-base.sh"
+
+
+def make_base_argv(
+    root: Path, mirror: str | None = None, *, check: bool = False, sources: Iterable[Path] = APT_SOURCES
+) -> list[str]:
+    """The command that makes the base: from `mirror`, else from this host's Debian mirror and security mirror."""
+    argv = ["bash", str(root / MAKE_BASE)]
+    if mirror:
+        argv += ["--mirror", mirror]
+    else:
+        main, security = debian_mirrors(sources)
+        argv += ["--mirror", main, "--security-mirror", security]
+    return [*argv, "--check"] if check else argv
+
+
+def missing_bases(cells: Iterable[Cell], runner: Runner) -> list[str]:
+    """The locally made bases the cells start FROM that the engine does not have, each once."""
+    wanted = dict.fromkeys(cell.base_image for cell in cells if cell.bootstrap_base)
+    return [image for image in wanted if not runner.image_exists(image)]

@@ -1,0 +1,75 @@
+"""What CI runs, as data: the gating checks (`invoke check`) and the end-to-end steps (`invoke ci`).
+
+The cells CI builds for real on a Debian 12 machine without NVIDIA's or PyTorch's servers both take CUDA from
+PyPI wheels on the locally made Debian base. TensorFlow goes through the host's apt mirror (`--mirror host`),
+PyTorch through upstream defaults (`--mirror none`), so both mirror paths are exercised.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+BUILDS = (
+    "--cuda 12.1 --torch 2.1 --python 3.11 --mirror none",
+    "--cuda 11.8 --tf 2.14 --python 3.11 --mirror host",
+)
+REGISTRY_PORT = 5055
+REGISTRY_NAME = "ci"
+REPORT = ".work/build-report.json"
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    command: str  # a shell command line; every value in it is quoted
+
+
+def checks(root: Path, python: str) -> list[Step]:
+    """The quick gate: every linter through pre-commit, then the unit tests and the GPU tests.
+
+    The GPU tests run too: on a machine without a GPU they are reported as skipped, never passed.
+    """
+    py = shlex.quote(python)
+    return [
+        Step("lint", f"{py} -m pre_commit run --all-files --show-diff-on-failure --color never"),
+        Step("render check", "invoke render --check"),
+        Step(
+            "unit and GPU tests",
+            f"{py} -m pytest {_q(root / 'tests/unit')} {_q(root / 'tests/gpu')} -p no:cacheprovider -rs",
+        ),
+    ]
+
+
+def end_to_end(root: Path) -> list[Step]:
+    """Engine, checks, real builds of the CI cells, a local registry and the push to it."""
+    registry = f"127.0.0.1:{REGISTRY_PORT}"
+    return [
+        Step("engine", f"bash {_q(root / '.ci/engine.sh')}"),
+        Step("checks", "invoke check"),
+        *(Step(f"build {flags}", f"invoke build {flags}") for flags in BUILDS),
+        Step("registry", f"bash {_q(root / '.ci/registry.sh')} start {REGISTRY_NAME} {REGISTRY_PORT}"),
+        Step("push", f"invoke push --registry {registry} --report {_q(root / REPORT)}"),
+    ]
+
+
+def cleanup(root: Path) -> list[Step]:
+    """Always, after the steps: stop the registry; drop the untagged images rebuilds leave (6 GB each)."""
+    return [
+        Step("registry stop", f"bash {_q(root / '.ci/registry.sh')} stop {REGISTRY_NAME}"),
+        Step("prune", "docker image prune -f"),
+    ]
+
+
+def image_tests(root: Path, python: str, refs: Sequence[str], *, gpu: bool = True) -> Step:
+    """pytest over the image tests (and the GPU tests) for the given image refs."""
+    paths = [root / "tests/image", *([root / "tests/gpu"] if gpu else [])]
+    flags = " ".join(f"--image {shlex.quote(ref)}" for ref in refs)
+    command = f"{shlex.quote(python)} -m pytest {' '.join(map(_q, paths))} -p no:cacheprovider -rs {flags}"
+    return Step("image tests", command.rstrip())
+
+
+def _q(path: Path) -> str:
+    return shlex.quote(str(path))

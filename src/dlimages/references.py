@@ -1,0 +1,91 @@
+"""Docker image references: what `docker tag` and `docker push` accept, checked before any command runs.
+
+Pure functions: `registry_problems` and `ref_problems` word each problem for the person who typed the value;
+`registry_ref` joins a registry and a local ref; `split_tag` cuts a ref into repository and tag.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dlimages.errors import InputError, Problem
+
+REGISTRY_ALLOWED = "host[:port][/path], e.g. 127.0.0.1:5000 or registry.example.com/team"
+
+# docker's reference grammar (distribution/reference): what `docker tag` accepts.
+_HOST_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST = re.compile(rf"{_HOST_PART}(?:\.{_HOST_PART})*|\[[0-9A-Fa-f:.]+\]")
+_PATH_PART = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_TAG = re.compile(r"[\w][\w.-]{0,127}")
+_MAX_NAME = 255  # docker refuses repository names longer than this
+
+
+def registry_problems(registry: str) -> list[Problem]:
+    """Everything wrong with one --registry value, worded for the person who typed it."""
+
+    def problem(message: str) -> list[Problem]:
+        return [Problem("--registry", f"'{registry}' {message}", REGISTRY_ALLOWED)]
+
+    if not registry:
+        return problem("is empty")
+    if "://" in registry:
+        return problem("has a scheme: give the address only (docker picks https, or http for 127.0.0.1)")
+    if any(ch.isspace() for ch in registry):
+        return problem("contains whitespace")
+    if registry.endswith("/"):
+        return problem("ends with '/'")
+    host_port, _, path = registry.partition("/")
+    host, port = host_port, ""
+    if not host_port.endswith("]") and ":" in host_port:
+        host, _, port = host_port.rpartition(":")
+    if not _HOST.fullmatch(host):
+        return problem(f"has no valid host name ('{host}')")
+    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+        return problem(f"has port '{port}', not a number from 1 to 65535")
+    if not port and "." not in host and not host.startswith("[") and host != "localhost":
+        # docker reads a first component without '.' or ':' as a Docker Hub namespace, so the push
+        # would silently go to docker.io/<registry>/...
+        return problem(
+            "would be read by docker as a Docker Hub namespace: give a host with a dot, a port, or localhost"
+        )
+    bad = [part for part in path.split("/") if not _PATH_PART.fullmatch(part)] if path else []
+    if bad:
+        return problem(f"has path part '{bad[0]}': lowercase letters, digits and single '.', '_' or '-' between them")
+    return []
+
+
+def ref_problems(image_ref: str) -> list[Problem]:
+    """Everything wrong with a local image ref that is to be pushed under a registry prefix."""
+
+    def problem(message: str, allowed: str = "repository[:tag], e.g. lab/pytorch-universal-dev:v1.0") -> list[Problem]:
+        return [Problem(f"image '{image_ref}'", message, allowed)]
+
+    if "@" in image_ref:
+        return problem("is a digest reference: push a tag")
+    name, tag = split_tag(image_ref)
+    if tag is not None and not _TAG.fullmatch(tag):
+        return problem(f"has tag '{tag}': letters, digits, '_', '.', '-', at most 128, not starting with '.' or '-'")
+    parts = name.split("/")
+    if not name or any(not _PATH_PART.fullmatch(part) for part in parts):
+        return problem("is not a repository name: lowercase path parts separated by '/'")
+    if len(parts) > 1 and ("." in parts[0] or parts[0] == "localhost"):
+        return problem(f"already names a registry ('{parts[0]}'): give the repository without it")
+    return []
+
+
+def registry_ref(registry: str, image_ref: str) -> str:
+    """The ref `image_ref` gets in `registry`: ("127.0.0.1:5000", "lab/x:v1") -> "127.0.0.1:5000/lab/x:v1"."""
+    problems = registry_problems(registry) + ref_problems(image_ref)
+    remote = f"{registry}/{image_ref}"
+    if not problems and len(split_tag(remote)[0]) > _MAX_NAME:
+        problems.append(Problem(f"image '{image_ref}'", f"with '{registry}' is longer than {_MAX_NAME} characters"))
+    if problems:
+        raise InputError(problems)
+    return remote
+
+
+def split_tag(ref: str) -> tuple[str, str | None]:
+    """("host:5000/a/b:t") -> ("host:5000/a/b", "t"): a ':' after the last '/' starts the tag."""
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    return (ref[:colon], ref[colon + 1 :]) if colon > slash else (ref, None)

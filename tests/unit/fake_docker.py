@@ -1,0 +1,82 @@
+"""A fake `docker` CLI for unit tests of push and report: tags and a registry in dicts, failures on cue.
+
+Hand it to the code under test as `Runner(FakeDocker())`: the runner calls it as it would call subprocess.run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from typing import Any
+
+LOCAL_ID = "sha256:" + "a" * 64
+OTHER_ID = "sha256:" + "b" * 64
+REF = "lab/pytorch-universal-dev:v1.0"
+REG = "127.0.0.1:5000"
+REMOTE = f"{REG}/{REF}"
+REFUSED = 'Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused'
+
+Reply = tuple[int, str, str]  # returncode, stdout, stderr
+
+
+class FakeDocker:
+    """Enough of the docker CLI for push.py: tags, a registry keyed by repo@digest, scripted failures."""
+
+    def __init__(self, tags: dict[str, str] | None = None) -> None:
+        self.tags = dict(tags if tags is not None else {REF: LOCAL_ID})
+        self.registry: dict[str, str] = {}  # "repo@digest" -> image ID
+        self.push_replies: list[Reply] = []  # consumed first, then pushes succeed
+        self.pull_replies: list[Reply] = []
+        self.pulled_id: str | None = None  # what a pull-back yields instead of the pushed image
+        self.run_replies: dict[str, Reply] = {}
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        expected = {"input": None, "capture_output": True, "text": True, "errors": "replace", "check": False}
+        assert kwargs == {**expected, "timeout": kwargs["timeout"]}
+        self.calls.append(list(argv))
+        rc, out, err = self._answer(argv[1:])
+        return subprocess.CompletedProcess(argv, rc, out, err)
+
+    def _answer(self, args: list[str]) -> Reply:
+        match args:
+            case ["image", "inspect", "--format", "{{.Id}}", ref]:
+                found = self.tags.get(ref)
+                return (0, found + "\n", "") if found else (1, "", f"Error: No such image: {ref}")
+            case ["image", "inspect", ref]:
+                info = {"Id": self.tags[ref], "Size": 74502040, "RepoDigests": [], "Config": {"Labels": {"b": "2"}}}
+                return 0, json.dumps([info]), ""
+            case ["tag", source, target]:
+                self.tags[target] = self.tags[source]
+                return 0, "", ""
+            case ["push", remote]:
+                if self.push_replies:
+                    return self.push_replies.pop(0)
+                repo, tag = remote.rsplit(":", 1)
+                digest = "sha256:" + hashlib.sha256(self.tags[remote].encode()).hexdigest()
+                self.registry[f"{repo}@{digest}"] = self.tags[remote]
+                out = (
+                    f"The push refers to repository [{repo}]\nbcac0a5b6318: Pushed\n{tag}: digest: {digest} size: 529\n"
+                )
+                return 0, out, ""
+            case ["pull", pinned]:
+                if self.pull_replies:
+                    return self.pull_replies.pop(0)
+                if pinned not in self.registry:
+                    return 1, "", "Error response from daemon: manifest unknown"
+                self.tags[pinned] = self.pulled_id or self.registry[pinned]
+                return 0, f"Digest: {pinned.split('@')[1]}\n", ""
+            case ["rmi", "--no-prune", ref]:
+                del self.tags[ref]
+                # As dockerd does: the repository's digest references go with its last tag.
+                repo = ref.rsplit(":", 1)[0]
+                if not any(name.startswith(f"{repo}:") for name in self.tags):
+                    self.tags = {name: i for name, i in self.tags.items() if not name.startswith(f"{repo}@")}
+                return 0, f"Untagged: {ref}\n", ""
+            case ["run", "--rm", "--entrypoint", entrypoint, *_]:
+                return self.run_replies[entrypoint]
+        raise AssertionError(f"unexpected docker call: {args}")
+
+    def verbs(self) -> list[str]:
+        return [" ".join(call[1:3]) for call in self.calls]

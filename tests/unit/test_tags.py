@@ -1,0 +1,95 @@
+"""Tag rules: slug, immutable tag and refs of a cell, where the moving tags go, and that no tag names two cells."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlimages import tags
+from dlimages.cells import Cell, Expansion, expand
+from dlimages.compat import Candidate
+from dlimages.spec import Matrix, version_key
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKER_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+CellLookup = Callable[[str, str], Cell]
+Parse = Callable[[dict[str, Any] | str], Matrix]
+
+
+def _newest(matrix: Matrix, framework: str, partial: str, cuda: str) -> str:
+    """The newest release of the matrix named by a partial version and published for this CUDA version."""
+    releases = matrix.frameworks[framework].releases
+    named = [v for v, r in releases.items() if (v == partial or v.startswith(f"{partial}.")) and cuda in r.variants]
+    return max(named, key=version_key)
+
+
+@pytest.mark.parametrize(
+    ("point", "slug"),
+    [
+        (Candidate("pytorch", "2.1.2", "11.8", "3.10", "runtime"), "cuda11.8-torch2.1.2-py3.10-runtime"),
+        (Candidate("tensorflow", "2.4.4", "11.0", "3.8", "devel"), "cuda11.0-tf2.4.4-py3.8-devel"),
+    ],
+)
+def test_slug_names_every_axis_with_the_frameworks_flag(point: Candidate, slug: str) -> None:
+    assert tags.slug(point) == slug
+    assert tags.immutable_tag("v2.0", point) == f"v2.0-{slug}"
+
+
+def test_image_refs_put_each_tag_on_the_image_name() -> None:
+    assert tags.image_refs("lab/x", ["v1-a", "v1"]) == ("lab/x:v1-a", "lab/x:v1")
+
+
+def test_cell_tags_are_its_immutable_tag_then_its_moving_tags(cell: CellLookup) -> None:
+    torch = cell("pytorch", "cuda11.8-torch2.1.2-py3.10-runtime")
+    assert torch.immutable_tag == "v0.9-cuda11.8-torch2.1.2-py3.10-runtime"
+    assert torch.tags == (torch.immutable_tag, *torch.aliases)
+    assert torch.refs == tuple(f"test/pytorch-dev:{tag}" for tag in torch.tags)
+    assert torch.dockerfile == "images/pytorch/cuda11.8-torch2.1.2-py3.10-runtime/Dockerfile"
+
+
+def test_release_tag_is_only_on_each_image_default_cell(matrix: Matrix, expansion: Expansion) -> None:
+    expected = set()
+    for framework, image in matrix.images.items():
+        d = image.default
+        newest = _newest(matrix, framework, d.version, d.cuda)
+        slug = tags.slug(Candidate(framework, newest, d.cuda, d.python, d.flavor))
+        expected.add((f"{image.name}:{matrix.release}-{slug}", f"{image.name}:{matrix.release}"))
+    assert {c.refs for c in expansion.cells if c.aliases} == expected
+
+
+def test_an_alias_adds_a_moving_tag_to_the_newest_matching_cell(data: dict[str, Any], parse: Parse) -> None:
+    data["images"]["pytorch"]["aliases"] = [
+        {"cuda": "12.1", "version": "2", "python": "3.11", "flavor": "runtime", "tag": "latest"}
+    ]
+    matrix = parse(data)
+    aliased = {c.slug: c.aliases for c in expand(matrix).cells if c.framework == "pytorch" and c.aliases}
+    assert aliased == {
+        "cuda11.8-torch2.1.2-py3.10-runtime": ("v0.9",),
+        f"cuda12.1-torch{_newest(matrix, 'pytorch', '2', '12.1')}-py3.11-runtime": ("latest",),
+    }
+
+
+@pytest.mark.parametrize("which", ["fixture", "real"])
+def test_refs_are_unique_valid_docker_tags(which: str, request: pytest.FixtureRequest) -> None:
+    matrix: Matrix = request.getfixturevalue("matrix" if which == "fixture" else "real_matrix")
+    expansion: Expansion = request.getfixturevalue("expansion" if which == "fixture" else "real_expansion")
+    refs = [ref for c in expansion.cells for ref in c.refs]
+    assert refs and len(refs) == len(set(refs))
+    names = {image.name for image in matrix.images.values()}
+    for ref in refs:
+        name, tag = ref.rsplit(":", 1)
+        assert name in names, ref
+        assert DOCKER_TAG.fullmatch(tag), ref
+
+
+def test_each_real_cell_has_its_own_committed_dockerfile(real_expansion: Expansion) -> None:
+    paths = [c.dockerfile for c in real_expansion.cells]
+    assert len(set(paths)) == len(paths)
+    for c in real_expansion.cells:
+        assert c.dockerfile == f"images/{c.framework}/{c.slug}/Dockerfile"
+        assert (REPO / c.dockerfile).is_file(), c.dockerfile
