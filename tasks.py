@@ -66,15 +66,6 @@ def reports_input_errors(body: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _selection(
-    cuda: str | None, torch: str | None, tf: str | None, python: str | None, flavor: str | None
-) -> Selection:
-    if torch and tf:
-        raise InputError([Problem("--torch/--tf", "choose one framework per build", "--torch X or --tf Y")])
-    framework = "pytorch" if torch else "tensorflow" if tf else None
-    return Selection(cuda=cuda, framework=framework, version=torch or tf, python=python, flavor=flavor)
-
-
 def _print_line(line: str) -> None:
     print(line, flush=True)
 
@@ -137,7 +128,7 @@ def build(
 ) -> None:
     """Build the selected cells (--dry-run prints the commands and tags)."""
     project = _project()
-    cells = select(project.matrix, project.expansion, _selection(cuda, torch, tf, python, flavor))
+    cells = select(project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor))
     secrets = Secrets.from_flags(ca_bundle, netrc)
     plans = plan_builds(project.matrix, cells, mirror, secrets, Path(tempfile.gettempdir()) / "dlimages")
     if dry_run:

@@ -22,6 +22,16 @@ class Selection:
     python: str | None = None
     flavor: str | None = None
 
+    @classmethod
+    def from_flags(
+        cls, cuda: str | None, torch: str | None, tf: str | None, python: str | None, flavor: str | None
+    ) -> Selection:
+        """The selection `invoke build --cuda --torch/--tf --python --flavor` asks for; one framework at most."""
+        if torch and tf:
+            raise InputError([Problem("--torch/--tf", "choose one framework per build", "--torch X or --tf Y")])
+        framework = "pytorch" if torch else "tensorflow" if tf else None
+        return cls(cuda=cuda, framework=framework, version=torch or tf, python=python, flavor=flavor)
+
     def matches(self, point: Candidate) -> bool:
         """Whether a valid cell's or an excluded combination's axis values are the ones asked for."""
         return point.matches(

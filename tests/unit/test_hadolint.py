@@ -41,6 +41,7 @@ def _lint(hadolint: str, *args: str, stdin: str | None = None) -> subprocess.Com
     )
 
 
+@pytest.mark.slow
 def test_every_rendered_dockerfile_passes_hadolint(hadolint: str, real_expansion: Expansion) -> None:
     dockerfiles = sorted(str(p.relative_to(REPO)) for p in (REPO / "images").glob("*/*/Dockerfile"))
     assert dockerfiles == sorted(c.dockerfile for c in real_expansion.cells)

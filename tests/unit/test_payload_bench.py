@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from payload_scripts import BENCH, needs_torch, run_script
+from payload_scripts import BENCH, install_like_an_image, needs_torch, run_script
 
 from dlimages.payload import dl_bench as bench
 from dlimages.payload import dl_stack as stack
@@ -88,6 +88,7 @@ def test_fp32_mode_turns_tf32_off_and_others_on() -> None:
     )
 
 
+@pytest.mark.slow
 @needs_torch
 def test_builtin_resnet50_matches_torchvision_shape() -> None:
     import torch
@@ -99,6 +100,7 @@ def test_builtin_resnet50_matches_torchvision_shape() -> None:
         assert tuple(model.eval()(torch.zeros(1, 3, 64, 64)).shape) == (1, 1000)
 
 
+@pytest.mark.slow
 @needs_torch
 def test_no_gpu_skips_with_77() -> None:
     result = run_script(BENCH, "--iters", "1")
@@ -106,10 +108,11 @@ def test_no_gpu_skips_with_77() -> None:
     assert "no GPU visible" in result.stderr
 
 
+@pytest.mark.slow
 @needs_torch
-def test_no_gpu_skips_with_77_as_json(tmp_path: Path) -> None:
+def test_no_gpu_skips_with_77_as_json_as_images_install_it(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    result = run_script(BENCH, "--json", "--out", str(out))
+    result = run_script(install_like_an_image(BENCH, "dl-bench", tmp_path), "--json", "--out", str(out))
     report = json.loads(result.stdout)
     assert (result.returncode, report["status"], report["exit_code"], report["modes"]) == (77, "skipped", 77, [])
     assert json.loads(out.read_text()) == report

@@ -5,12 +5,11 @@ standalone Python 3.8."""
 from __future__ import annotations
 
 import ast
-import json
 import sys
 from pathlib import Path
 
 import pytest
-from payload_scripts import BENCH, SMOKE, STACK, install_like_an_image, needs_torch, run_script
+from payload_scripts import BENCH, SMOKE, STACK, install_like_an_image, run_script
 
 COMMANDS = [("dl-smoke", SMOKE), ("dl-bench", BENCH)]
 
@@ -24,14 +23,6 @@ def test_starts_as_images_install_it_with_dl_stack_beside_it(command: str, scrip
     (tmp_path / "dl_stack.py").unlink()
     broken = run_script(installed, "--help")
     assert (broken.returncode, "No module named 'dl_stack'" in broken.stderr) == (1, True)
-
-
-@needs_torch
-@pytest.mark.parametrize(("command", "script"), COMMANDS)
-def test_no_gpu_skips_with_77_as_images_install_it(command: str, script: Path, tmp_path: Path) -> None:
-    result = run_script(install_like_an_image(script, command, tmp_path), "--json")
-    report = json.loads(result.stdout)
-    assert (result.returncode, report["status"], report["exit_code"]) == (77, "skipped", 77), result.stderr
 
 
 @pytest.mark.parametrize(

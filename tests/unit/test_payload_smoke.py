@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from payload_scripts import SMOKE, needs_torch, run_script
+from payload_scripts import SMOKE, install_like_an_image, needs_torch, run_script
 
 from dlimages.payload import dl_smoke as smoke
 from dlimages.payload import dl_stack as stack
@@ -303,6 +303,7 @@ def test_tensorflow_gpus_share_the_arch_check_and_a_failed_fit_is_explained() ->
 # --- as a script ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_torch
 def test_no_gpu_skips_with_77() -> None:
     result = run_script(SMOKE)
@@ -311,15 +312,17 @@ def test_no_gpu_skips_with_77() -> None:
     assert result.stdout.rstrip().endswith("RESULT skipped (exit 77)")
 
 
+@pytest.mark.slow
 @needs_torch
-def test_no_gpu_skips_with_77_as_json() -> None:
-    result = run_script(SMOKE, "--json")
+def test_no_gpu_skips_with_77_as_json_as_images_install_it(tmp_path: Path) -> None:
+    result = run_script(install_like_an_image(SMOKE, "dl-smoke", tmp_path), "--json")
     report = json.loads(result.stdout)
     assert (result.returncode, report["status"], report["exit_code"]) == (77, "skipped", 77)
     assert report["framework"] == "pytorch" and report["gpus"] == []
     assert {c["name"]: c["status"] for c in report["checks"]}["cuda_available"] == "skip"
 
 
+@pytest.mark.slow
 @needs_torch
 def test_version_mismatch_fails_even_without_a_gpu(tmp_path: Path) -> None:
     cell = tmp_path / "cell.json"

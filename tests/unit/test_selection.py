@@ -224,3 +224,23 @@ def test_nearest_cells_rank_by_missed_flags_then_version_then_default_python(cel
 )
 def test_flags_text_shows_the_selection_as_its_flags(want: Selection, text: str) -> None:
     assert flags_text(want) == text
+
+
+def test_selection_refuses_both_frameworks() -> None:
+    with pytest.raises(InputError) as caught:
+        Selection.from_flags("11.8", "2.1", "2.14", None, None)
+    assert caught.value.report() == "error: --torch/--tf: choose one framework per build (allowed: --torch X or --tf Y)"
+
+
+def test_selection_maps_flags_to_a_framework() -> None:
+    torch = Selection.from_flags("11.8", "2.1", None, "3.10", None)
+    assert (torch.cuda, torch.framework, torch.version, torch.python, torch.flavor) == (
+        "11.8",
+        "pytorch",
+        "2.1",
+        "3.10",
+        None,
+    )
+    tf = Selection.from_flags(None, None, "2.14", None, "devel")
+    assert (tf.framework, tf.version, tf.flavor) == ("tensorflow", "2.14", "devel")
+    assert Selection.from_flags(None, None, None, None, None).framework is None

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from dlimages.errors import InputError
 from dlimages.project import Project
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,35 +20,6 @@ def invoke(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
     )
-
-
-@pytest.fixture(scope="module")
-def tasks_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dlimages_tasks_under_test", REPO / "tasks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_selection_refuses_both_frameworks(tasks_module: ModuleType) -> None:
-    with pytest.raises(InputError) as caught:
-        tasks_module._selection("11.8", "2.1", "2.14", None, None)
-    assert caught.value.report() == "error: --torch/--tf: choose one framework per build (allowed: --torch X or --tf Y)"
-
-
-def test_selection_maps_flags_to_a_framework(tasks_module: ModuleType) -> None:
-    torch = tasks_module._selection("11.8", "2.1", None, "3.10", None)
-    assert (torch.cuda, torch.framework, torch.version, torch.python, torch.flavor) == (
-        "11.8",
-        "pytorch",
-        "2.1",
-        "3.10",
-        None,
-    )
-    tf = tasks_module._selection(None, None, "2.14", None, "devel")
-    assert (tf.framework, tf.version, tf.flavor) == ("tensorflow", "2.14", "devel")
-    assert tasks_module._selection(None, None, None, None, None).framework is None
 
 
 def test_build_dry_run_prints_the_command_and_both_tags() -> None:

@@ -1,0 +1,45 @@
+"""The offline base, without an engine: the make-base.sh command line and which bases a build still needs."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlimages.base import make_base_argv, missing_bases
+from dlimages.cells import Expansion
+from dlimages.errors import InputError
+from dlimages.runner import Runner
+
+
+def test_mirror_given_or_read_from_the_hosts_apt_sources(tmp_path: Path) -> None:
+    sources = tmp_path / "debian.sources"
+    sources.write_text("Types: deb\nURIs: http://deb.example.org/debian\nSuites: bookworm\n")
+    root = Path("/repo")
+    assert make_base_argv(root, "http://m.example.net/debian") == [
+        "bash", "/repo/scripts/make-base.sh", "--mirror", "http://m.example.net/debian",
+    ]  # fmt: skip
+    assert make_base_argv(root, sources=[sources], check=True) == [
+        "bash", "/repo/scripts/make-base.sh", "--mirror", "http://deb.example.org/debian",
+        "--security-mirror", "http://deb.example.org/debian-security", "--check",
+    ]  # fmt: skip
+
+
+def test_no_debian_mirror_on_the_host_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no Debian mirror found"):
+        make_base_argv(Path("/repo"), sources=[tmp_path / "absent"])
+
+
+def test_only_missing_bootstrapped_bases_are_named_once(expansion: Expansion) -> None:
+    asked: list[str] = []
+
+    def inspect(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        asked.append(argv[-1])
+        return subprocess.CompletedProcess(argv, 1, "", "No such image")
+
+    bootstrapped = [cell for cell in expansion.cells if cell.bootstrap_base]
+    assert bootstrapped, "the fixture matrix has cells on the locally made base"
+    assert missing_bases(expansion.cells, Runner(inspect)) == list(dict.fromkeys(c.base_image for c in bootstrapped))
+    assert asked == list(dict.fromkeys(c.base_image for c in bootstrapped))  # other bases are never looked up

@@ -1,0 +1,43 @@
+"""What CI runs: its cells exist in the real matrix and can be built here (PyPI wheels on the offline base)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from dlimages import ci
+from dlimages.cells import Expansion
+from dlimages.selection import Selection, select
+from dlimages.spec import Matrix
+
+
+def flag_values(flags: str) -> dict[str, str]:
+    words = shlex.split(flags)
+    return {name.removeprefix("--"): value for name, value in zip(words[::2], words[1::2], strict=True)}
+
+
+@pytest.mark.parametrize("flags", ci.BUILDS)
+def test_each_ci_build_is_one_cell_that_needs_no_unreachable_server(
+    flags: str, real_matrix: Matrix, real_expansion: Expansion
+) -> None:
+    values = flag_values(flags)
+    want = Selection.from_flags(values["cuda"], values.get("torch"), values.get("tf"), values["python"], None)
+    (cell,) = select(real_matrix, real_expansion, want)
+    assert cell.cuda_source == "wheel" and cell.install.index_url is None and cell.install.find_links is None
+    assert cell.bootstrap_base, f"{cell.slug} would need a base image from a registry"
+    assert values["mirror"] in (*real_matrix.mirrors, "host")
+
+
+def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() -> None:
+    root = Path("/repo")
+    checks = [step.name for step in ci.checks(root, "python3")]
+    assert checks == ["lint", "render check", "unit and GPU tests"]
+    steps = [step.command for step in ci.end_to_end(root)]
+    builds = [i for i, command in enumerate(steps) if command.startswith("invoke build ")]
+    push = next(i for i, command in enumerate(steps) if command.startswith("invoke push "))
+    assert len(builds) == len(ci.BUILDS) and max(builds) < push
+    assert ci.image_tests(root, "python3", ["lab/x:v1", "lab/y:v1"]).command.endswith(
+        "--image lab/x:v1 --image lab/y:v1"
+    )
