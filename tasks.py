@@ -24,7 +24,7 @@ from dlimages import ci as ci_plan
 from dlimages import doctor as node_doctor
 from dlimages import inimage
 from dlimages.base import make_base_argv, missing_bases
-from dlimages.builder import run_builds, summary_table
+from dlimages.builder import all_built, run_builds, summary_table
 from dlimages.buildplan import Secrets, plan_builds
 from dlimages.errors import InputError, Problem
 from dlimages.ledger import Ledger
@@ -146,10 +146,9 @@ def build(
         raise Exit(
             "interrupted: the cell being built was not tagged; earlier cells keep their tags", code=130
         ) from None
-    built = {r.cell.slug for r in results}
-    print("\n" + summary_table(results, [cell for cell in cells if cell.slug not in built]))
+    print("\n" + summary_table(results, cells))
     Ledger(project.root).record(results)
-    if not all(r.ok for r in results) or len(results) < len(cells):
+    if not all_built(results, cells):
         raise Exit(code=1)
 
 

@@ -105,7 +105,18 @@ def run_builds(
     return results
 
 
-def summary_table(results: Sequence[BuildResult], skipped: Sequence[Cell] = ()) -> str:
+def unbuilt(results: Sequence[BuildResult], planned: Sequence[Cell]) -> list[Cell]:
+    """The planned cells no build was tried for (a build before them failed and --keep-going was not given)."""
+    built = {result.cell.slug for result in results}
+    return [cell for cell in planned if cell.slug not in built]
+
+
+def all_built(results: Sequence[BuildResult], planned: Sequence[Cell]) -> bool:
+    return all(result.ok for result in results) and not unbuilt(results, planned)
+
+
+def summary_table(results: Sequence[BuildResult], planned: Sequence[Cell] = ()) -> str:
+    """One row per planned cell: built (ok or FAILED with advice, time, size) or not built."""
     rows = [
         [
             r.cell.slug,
@@ -116,5 +127,7 @@ def summary_table(results: Sequence[BuildResult], skipped: Sequence[Cell] = ()) 
         ]
         for r in results
     ]
-    rows += [[c.slug, ", ".join(c.tags), "not built (an earlier build failed)", "-", "-"] for c in skipped]
+    rows += [
+        [c.slug, ", ".join(c.tags), "not built (an earlier build failed)", "-", "-"] for c in unbuilt(results, planned)
+    ]
     return format_table(["cell", "tags", "result", "duration", "size"], rows)

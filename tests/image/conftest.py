@@ -195,13 +195,13 @@ def docker_fixture() -> Docker:
 @pytest.fixture(scope="session")
 def image(image_ref: str) -> Image:
     found = docker("image", "inspect", image_ref, check=False)
-    if found.returncode != 0:
+    if not found.ok:
         pytest.fail(
-            f"image {image_ref} is not on this Docker engine ({found.stderr.strip()}); build it first, "
+            f"image {image_ref} is not on this Docker engine ({found.err.strip()}); build it first, "
             "e.g. `invoke build --cuda 12.1 --torch 2.1 --python 3.11`",
             pytrace=False,
         )
-    config = json.loads(found.stdout)[0].get("Config") or {}
+    config = json.loads(found.out)[0].get("Config") or {}
     return Image(image_ref, dict(config.get("Labels") or {}), config)
 
 

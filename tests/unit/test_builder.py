@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dlimages.builder import explain_failure, run_build
+from dlimages.builder import BuildResult, all_built, explain_failure, run_build, summary_table
 from dlimages.buildplan import BuildPlan, Secrets, plan_build
 from dlimages.cells import Expansion
 from dlimages.mirrors import MirrorArgs
@@ -114,3 +114,13 @@ def test_good_build_gets_every_tag_after_it_succeeded(plan: BuildPlan, tmp_path:
     result = run_build(plan, tmp_path, io.StringIO(), Runner(engine.run, engine.stream))
     assert result.ok and result.image_id == "sha256:" + "c" * 64 and result.size == 123456789
     assert engine.tagged == list(plan.cell.refs) and len(plan.cell.refs) == 2
+
+
+def test_summary_names_cells_not_built_after_a_failure(plan: BuildPlan, expansion: Expansion) -> None:
+    failed = BuildResult(plan.cell, False, 3.0, error="the disk is full")
+    later = next(cell for cell in expansion.cells if cell.slug != plan.cell.slug)
+    table = summary_table([failed], [plan.cell, later])
+    assert "FAILED: the disk is full" in table and "not built (an earlier build failed)" in table
+    assert not all_built([failed], [plan.cell, later])
+    assert not all_built([BuildResult(plan.cell, True, 3.0)], [plan.cell, later])
+    assert all_built([BuildResult(plan.cell, True, 3.0)], [plan.cell])
