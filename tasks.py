@@ -27,9 +27,9 @@ from dlimages.base import make_base_argv, missing_bases
 from dlimages.builder import all_built, run_builds, summary_table
 from dlimages.buildplan import Secrets, plan_builds
 from dlimages.errors import InputError, Problem
-from dlimages.ledger import Ledger
+from dlimages.ledger import LEDGER_FILE, Ledger
 from dlimages.project import Project, find_root
-from dlimages.push import PushError, push_image
+from dlimages.push import MAX_RETRIES, PushError, PushInterrupted, push_image, retries_from_flag
 from dlimages.report import build_report, image_manifest, write_report
 from dlimages.runner import DEFAULT as RUNNER
 from dlimages.selection import Selection, select
@@ -44,6 +44,8 @@ SELECT_HELP = {
     "python": "Python version, e.g. 3.10 (default: the image's default Python where the cell has it)",
     "flavor": "runtime or devel (default: the image's default flavor)",
 }
+
+LEDGER = str(LEDGER_FILE)
 
 # The package logs its progress (build headers, notes); people read it on stdout, in order with build output.
 logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
@@ -174,7 +176,7 @@ def base(c: Context, mirror: str | None = None, check: bool = False) -> None:
 def test(c: Context, image: list[str]) -> None:
     """Run the image tests (pytest + testinfra) against built images."""
     root = _project().root
-    images = image or Ledger(root).built_refs()
+    images = inimage.check_images(image) if image else inimage.check_images(Ledger(root).built_refs(), LEDGER)
     if not images:
         raise InputError([Problem("--image", "no image given and no successful `invoke build` recorded")])
     c.run(ci_plan.image_tests(root, sys.executable, images, gpu=False).command + " -m image", pty=False)
@@ -186,41 +188,61 @@ def test(c: Context, image: list[str]) -> None:
         "registry": "registry to push to, HOST[:PORT][/PATH] (repeatable)",
         "image": "local image ref to push (repeatable); default: every tag of the cells the last builds made",
         "report": "where to write the JSON build report (cell, tags, digest, size, package manifest)",
-        "retries": "retries for transient failures (backoff doubles from 2 s)",
+        "retries": f"retries for transient failures, 0 to {MAX_RETRIES} (backoff doubles from 2 s)",
+        "force_overwrite": "replace another image a registry already has under an immutable tag (never needed for "
+        "moving tags such as v1.0)",
     },
 )
 @reports_input_errors
 def push(
-    c: Context, registry: list[str], image: list[str], report: str = ".work/build-report.json", retries: int = 3
+    c: Context,
+    registry: list[str],
+    image: list[str],
+    report: str = ".work/build-report.json",
+    retries: str = "3",  # text, checked by the package: a wrong type is exit 2, not Invoke's traceback
+    force_overwrite: bool = False,
 ) -> None:
     """Push built images to registries, verify each digest by pulling it back, write the build report."""
     ledger = Ledger(_project().root)
     if not registry:
         raise InputError([Problem("--registry", "give at least one registry", "HOST[:PORT], e.g. 127.0.0.1:5000")])
+    attempts = retries_from_flag(retries)
+    report_path = ledger.root / report
+    if not report or report_path.is_dir():
+        raise InputError([Problem("--report", f"{report!r} is not a file name", "a JSON file to write")])
     refs = image or ledger.built_refs(every_tag=True)
     if not refs:
         raise InputError([Problem("--image", "no image given and no successful `invoke build` recorded")])
     try:
-        results = push_image(refs, registry, retries=retries)
+        results = push_image(
+            refs, registry, retries=attempts, moving=ledger.moving_refs(), force_overwrite=force_overwrite
+        )
         manifests = {ref: image_manifest(ref) for ref in dict.fromkeys(r.ref for r in results)}
+    except PushInterrupted as stopped:
+        raise Exit(f"error: {stopped}", code=stopped.exit_code) from None
     except PushError as error:
         raise Exit(f"error: {error}\nNothing local was changed.", code=1) from None
-    write_report(ledger.root / report, build_report(results, manifests, ledger.cells_by_ref()))
     for result in results:
         print(f"pushed {result.remote_ref} {result.digest} (verified by pulling it back)")
+    try:
+        write_report(report_path, build_report(results, manifests, ledger.cells_by_ref()))
+    except OSError as error:
+        raise Exit(f"error: pushed, but the build report {report} could not be written: {error}", code=1) from None
     print(f"build report: {report}")
 
 
 @task(
     iterable=["image"],
-    help={"image": "image to smoke-test (repeatable)", "no_gpus": "run without --gpus all (expects exit 77)"},
+    help={"image": "local image to smoke-test (repeatable)", "no_gpus": "run without --gpus all (expects exit 77)"},
 )
+@reports_input_errors
 def smoke(c: Context, image: list[str], no_gpus: bool = False) -> None:
     """GPU smoke test inside each image: CUDA visible, versions match labels, a real AMP training step."""
     if not image:
-        raise Exit("error: --image: give at least one image", code=2)
+        raise InputError([Problem("--image", "give at least one image")])
     codes = {
-        ref: inimage.run_in_image(RUNNER, ref, ["dl-smoke"], gpus=not no_gpus, on_line=_print_line) for ref in image
+        ref: inimage.run_in_image(RUNNER, ref, ["dl-smoke"], gpus=not no_gpus, on_line=_print_line)
+        for ref in inimage.check_images(image)
     }
     for ref, code in codes.items():
         print(f"{ref}: exit {code} ({inimage.meaning(code)})")
@@ -231,18 +253,25 @@ def smoke(c: Context, image: list[str], no_gpus: bool = False) -> None:
 
 @task(
     help={
-        "image": "image to benchmark",
+        "image": "local image to benchmark",
         "batch_size": "batch size, or MODE=N pairs, e.g. 128,amp_fp16_cl=256",
         "modes": "comma-separated modes (fp32,tf32,amp_fp16,amp_fp16_cl,bf16_cl,compile)",
     }
 )
-def bench(c: Context, image: str, batch_size: str = "128,amp_fp16_cl=256,bf16_cl=256", modes: str = "") -> None:
+@reports_input_errors
+def bench(
+    c: Context, image: str | None = None, batch_size: str = "128,amp_fp16_cl=256,bf16_cl=256", modes: str = ""
+) -> None:
     """Synthetic ResNet-50 training benchmark inside the image (images/s, peak memory), as JSON."""
-    command = ["dl-bench", "--json", *(arg for b in batch_size.split(",") for arg in ("--batch-size", b))]
-    command += ["--modes", modes] if modes else []
-    code = inimage.run_in_image(RUNNER, image, command, gpus=True, on_line=_print_line)
+    if image is None:
+        raise InputError([Problem("--image", "give the image to benchmark")])
+    [ref] = inimage.check_images([image])
+    # FLAG=VALUE: a value such as --help stays a value that dl-bench refuses (exit 2), never becomes an option.
+    command = ["dl-bench", "--json", *(f"--batch-size={size}" for size in batch_size.split(","))]
+    command += [f"--modes={modes}"] if modes else []
+    code = inimage.run_in_image(RUNNER, ref, command, gpus=True, on_line=_print_line)
     if code:
-        raise Exit(f"{image}: dl-bench exit {code} ({inimage.meaning(code)})", code=code)
+        raise Exit(f"{ref}: dl-bench exit {code} ({inimage.meaning(code)})", code=code)
 
 
 @task(

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dlimages.cells import Cell
+from dlimages.errors import InputError, Problem
+from dlimages.grammar import URL_ALLOWED, url_problem
 from dlimages.mirrors import APT_SOURCES, debian_mirrors
 from dlimages.runner import Runner
 
@@ -19,9 +21,15 @@ MAKE_BASE = "scripts/make-base.sh"
 def make_base_argv(
     root: Path, mirror: str | None = None, *, check: bool = False, sources: Iterable[Path] = APT_SOURCES
 ) -> list[str]:
-    """The command that makes the base: from `mirror`, else from this host's Debian mirror and security mirror."""
+    """The command that makes the base: from `mirror`, else from this host's Debian mirror and security mirror.
+
+    Either URL is checked first (InputError): make-base.sh writes it into the base image's apt sources.
+    """
     argv = ["bash", str(root / MAKE_BASE)]
-    if mirror:
+    if mirror is not None:
+        problem = url_problem(mirror)
+        if problem is not None:
+            raise InputError([Problem("--mirror", f"the URL {problem}", URL_ALLOWED)])
         argv += ["--mirror", mirror]
     else:
         main, security = debian_mirrors(sources)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +16,12 @@ from dlimages.render import IMAGES_DIR
 from dlimages.spec import Matrix
 
 CA_BUNDLE_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
+CA_BUNDLE_ALLOWED = "a PEM bundle of CA certificates ('-----BEGIN CERTIFICATE-----' blocks)"
+MAX_SECRET_BYTES = 16 * 2**20  # a full CA bundle is about 200 KiB
+# `docker buildx build --secret id=...,src=PATH` is read as CSV: a comma or quote would change what PATH names.
+_SECRET_PATH_UNSAFE = re.compile(r'[,"\x00-\x1f\x7f]')
+BUILDKIT_PATH_ALLOWED = "a path without ',', '\"' or control characters (copy or link the file there)"
 
 
 @dataclass(frozen=True)
@@ -26,13 +33,21 @@ class Secrets:
 
     @classmethod
     def from_flags(cls, ca_bundle: str | None, netrc: str | None) -> Secrets:
-        """The secrets the flags name (the CA bundle defaults to this host's); InputError for a missing file."""
-        secrets = cls(Path(ca_bundle) if ca_bundle else default_ca_bundle(), Path(netrc) if netrc else None)
-        problems = [
-            Problem(flag, f"no such file: {path}")
-            for flag, path in (("--ca-bundle", secrets.pip_ca), ("--netrc", secrets.netrc))
-            if path is not None and not path.is_file()
-        ]
+        """The secrets the flags name, as absolute paths (the CA bundle defaults to this host's); InputError for
+        every file the build could not use: missing, not a regular file, unreadable, over 16 MiB, a path
+        `--secret` cannot carry, or (the CA bundle) no PEM certificate in it."""
+        pip_ca = Path(ca_bundle).absolute() if ca_bundle else default_ca_bundle()
+        secrets = cls(pip_ca, Path(netrc).absolute() if netrc else None)
+        ca_flag = "--ca-bundle" if ca_bundle is not None else f"--ca-bundle (this host's default, {pip_ca})"
+        problems: list[Problem] = []
+        for flag, value, path, pem in (
+            (ca_flag, ca_bundle, secrets.pip_ca, True),
+            ("--netrc", netrc, secrets.netrc, False),
+        ):
+            if value == "":
+                problems.append(Problem(flag, "is empty", "a file name"))
+            else:
+                problems += _secret_problems(flag, path, pem=pem)
         if problems:
             raise InputError(problems)
         return secrets
@@ -43,6 +58,28 @@ class Secrets:
             if path is not None:
                 args += ["--secret", f"id={name},src={path}"]
         return args
+
+
+def _secret_problems(flag: str, path: Path | None, *, pem: bool) -> list[Problem]:
+    """What keeps the build from using `path` as a secret file (nothing when there is no path)."""
+    if path is None:
+        return []
+    if _SECRET_PATH_UNSAFE.search(str(path)):
+        return [Problem(flag, f"{str(path)!r} has a comma, quote or control character", BUILDKIT_PATH_ALLOWED)]
+    if not path.exists():
+        return [Problem(flag, f"no such file: {path}")]
+    if not path.is_file():
+        return [Problem(flag, f"{path} is not a regular file (a directory, device or pipe)", "a file")]
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_SECRET_BYTES + 1)
+    except OSError as error:
+        return [Problem(flag, f"cannot read {path}: {error.strerror or error}")]
+    if len(data) > MAX_SECRET_BYTES:
+        return [Problem(flag, f"{path} is larger than {MAX_SECRET_BYTES // 2**20} MiB")]
+    if pem and PEM_CERTIFICATE not in data:
+        return [Problem(flag, f"{path} holds no PEM certificate", CA_BUNDLE_ALLOWED)]
+    return []
 
 
 def default_ca_bundle() -> Path | None:

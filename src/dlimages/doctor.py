@@ -57,11 +57,12 @@ class Verdict:
 # --- parsing user input ------------------------------------------------------------------------------
 
 _ARCH_FORMS = (
-    re.compile(r"sm_(?P<major>[1-9]\d?)(?P<minor>\d)"),  # sm_90, sm_100
-    re.compile(r"(?P<major>[1-9]\d?)\.(?P<minor>\d)"),  # 9.0, 10.0 (nvidia-smi's compute_cap)
-    re.compile(r"(?P<major>[1-9]\d?)(?P<minor>\d)"),  # 90, 100
+    re.compile(r"sm_(?P<major>[1-9][0-9]?)(?P<minor>[0-9])"),  # sm_90, sm_100
+    re.compile(r"(?P<major>[1-9][0-9]?)\.(?P<minor>[0-9])"),  # 9.0, 10.0 (nvidia-smi's compute_cap)
+    re.compile(r"(?P<major>[1-9][0-9]?)(?P<minor>[0-9])"),  # 90, 100
 )
-_DRIVER = re.compile(r"\d{3,4}\.\d{1,3}(\.\d{1,3})?")
+# ASCII digits only: Python's \d also matches other scripts' digits, which no driver version has.
+_DRIVER = re.compile(r"[0-9]{3,4}\.[0-9]{1,3}(\.[0-9]{1,3})?")
 
 
 def parse_arch(text: str) -> str:

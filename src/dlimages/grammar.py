@@ -10,24 +10,29 @@ from __future__ import annotations
 import re
 
 # Python's \d and \w match every script's digits and letters; these classes are spelled out on purpose.
-VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)*")
+VERSION = re.compile(r"[0-9]+(\.[0-9]+)*")
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
 _HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOST = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*|\[[0-9A-Fa-f:.]+\]")
 # Unreserved characters of RFC 3986 and '/', plus %XX escapes: nothing a shell, sed or a Dockerfile reads specially.
-_URL_PATH = re.compile(r"(?:/(?:[A-Za-z0-9._~+=,-]|%[0-9A-Fa-f]{2})*)*")
+_URL_CHAR = r"[A-Za-z0-9._~+=,-]"
+_URL_PATH = re.compile(rf"(?:/(?:{_URL_CHAR}|%[0-9A-Fa-f]{{2}})*)*")
+# A documentation link may point into its page; such links are shown to people, never given to a shell.
+_URL_FRAGMENT = re.compile(rf"#(?:{_URL_CHAR}|/|%[0-9A-Fa-f]{{2}})*")
 _URL = re.compile(r"(?P<scheme>[a-z]+)://(?P<authority>[^/]*)(?P<path>.*)", re.DOTALL)
 MAX_URL = 2048
 
 URL_ALLOWED = "http(s)://host[:port]/path with letters, digits and . _ ~ + = , - / %XX"
 
 
-def url_problem(value: str, *, placeholders: tuple[str, ...] = ()) -> str | None:
-    """What is wrong with a mirror or index URL, or None. `placeholders` (e.g. "{variant}") may appear in the path.
+def url_problem(value: str, *, placeholders: tuple[str, ...] = (), fragment: bool = False) -> str | None:
+    """What is wrong with a mirror or index URL, or None. `placeholders` (e.g. "{variant}") may appear in the path;
+    `fragment` allows a trailing #fragment (documentation links, which never reach a build or a shell).
 
     Credentials (user:password@) are refused: they would land in build arguments, logs and the image history;
-    private indexes take them through --netrc (a BuildKit secret) instead.
+    private indexes take them through --netrc (a BuildKit secret) instead. The value itself is never quoted back:
+    it may hold a secret.
     """
     if not value:
         return "is empty"
@@ -48,10 +53,18 @@ def url_problem(value: str, *, placeholders: tuple[str, ...] = ()) -> str | None
         return f"has no valid host name ({host!r})"
     if port and not (port.isdigit() and 1 <= int(port) <= 65535):
         return f"has port {port!r}, not a number from 1 to 65535"
+    if fragment and "#" in path:
+        path, hash_, rest = path.partition("#")
+        if not _URL_FRAGMENT.fullmatch(hash_ + rest):
+            return "has a #fragment with characters other than letters, digits and . _ ~ + = , - / %XX"
     for placeholder in placeholders:
         path = path.replace(placeholder, "x")
     if not _URL_PATH.fullmatch(path):
-        bad = next((ch for ch in path if not re.fullmatch(r"[A-Za-z0-9._~+=,%/-]", ch)), "?")
+        bad = next((ch for ch in path if not re.fullmatch(r"[A-Za-z0-9._~+=,%/-]", ch)), None)
+        if bad is None:
+            return "has a '%' in its path that does not start a %XX escape"
+        if bad in "{}" and placeholders:
+            return f"has a format field other than {' or '.join(placeholders)}, the only placeholder allowed"
         return f"has {bad!r} in its path (query strings, fragments and shell characters are not allowed)"
     return None
 
@@ -71,23 +84,37 @@ REFERENCE_ALLOWED = "[registry[:port]/]repository[:tag][@sha256:...], e.g. lab/p
 
 def reference_problem(value: str) -> str | None:
     """What is wrong with an image reference (a base image, or an image given to a task), or None."""
+    return _parse_reference(value)[0]
+
+
+def repository_problem(value: str) -> str | None:
+    """What is wrong with a repository that each cell completes with its own tag (e.g. nvidia/cuda), or None."""
+    problem, match = _parse_reference(value)
+    if problem is None and match is not None and (match["tag"] or match["digest"]):
+        return "has a :tag or @digest; give the repository alone (each cell adds its own tag)"
+    return problem
+
+
+def _parse_reference(value: str) -> tuple[str | None, re.Match[str] | None]:
+    """A reference's problem, or None and the match of its path, tag and digest (the registry host removed)."""
     if not value:
-        return "is empty"
+        return "is empty", None
     if value.startswith("-"):
-        return "starts with '-' (docker would read it as an option)"
+        return "starts with '-' (docker would read it as an option)", None
     if not value.isascii() or not value.isprintable() or any(ch.isspace() for ch in value):
-        return "has whitespace or characters outside printable ASCII"
+        return "has whitespace or characters outside printable ASCII", None
     if len(value) > MAX_REFERENCE:
-        return f"is longer than {MAX_REFERENCE} characters"
+        return f"is longer than {MAX_REFERENCE} characters", None
     first, slash, rest = value.partition("/")
     # As docker reads it: the first component names a registry only if it has a '.' or ':' or is localhost.
     if slash and ("." in first or ":" in first or first == "localhost"):
         if not _DOMAIN_RE.fullmatch(first):
-            return f"has no valid registry host ({first!r})"
+            return f"has no valid registry host ({first!r})", None
         value = rest
-    if not _NAME_AND_TAG.fullmatch(value):
-        return "is not an image reference: lowercase path parts separated by '/', then an optional :tag"
-    return None
+    match = _NAME_AND_TAG.fullmatch(value)
+    if match is None:
+        return "is not an image reference: lowercase path parts separated by '/', then an optional :tag", None
+    return None, match
 
 
 def version_problem(value: str) -> str | None:

@@ -1,13 +1,17 @@
 """Run an image's own commands (dl-smoke, dl-bench) in a throwaway container, and read their exit codes.
 
 The exit codes are the payload's (dl_stack): 0 passed on a GPU, 1 failed, 2 usage error, 77 skipped (no GPU).
+Only local images run: every reference is checked first (`check_images`) and `docker run` never pulls, so a typo
+or a name not built yet cannot fetch and run someone else's image from Docker Hub with the GPUs attached.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from dlimages.errors import InputError
 from dlimages.payload.dl_stack import EXIT_FAILED, EXIT_PASSED, EXIT_SKIPPED, EXIT_USAGE
+from dlimages.references import image_problems
 from dlimages.runner import Runner
 
 EXIT_MEANING = {
@@ -17,19 +21,38 @@ EXIT_MEANING = {
     EXIT_SKIPPED: "skipped: no GPU visible",
 }
 NO_GPU_RUNTIME = "could not select device driver"  # what `docker run --gpus` says without the NVIDIA runtime
+NO_SUCH_IMAGE = "no such image"  # what `docker run --pull never` says (exit 125) for an image that is not local
+DOCKER_RUN_FAILED = 125  # docker run's own failures, as opposed to the command's exit code
+
+
+def check_images(refs: Iterable[str], where: str = "--image") -> list[str]:
+    """The refs, once each, in order; InputError with one problem per ref docker would not read as an image."""
+    wanted = list(dict.fromkeys(refs))
+    problems = image_problems(wanted, where)
+    if problems:
+        raise InputError(problems)
+    return wanted
 
 
 def run_argv(image: str, command: Sequence[str], *, gpus: bool) -> list[str]:
     # Without --gpus, also hide GPUs from a host whose default runtime is nvidia (images set all).
     gpu_flags = ["--gpus", "all"] if gpus else ["-e", "NVIDIA_VISIBLE_DEVICES=void"]
-    return ["docker", "run", "--rm", *gpu_flags, image, *command]
+    return ["docker", "run", "--rm", "--pull", "never", *gpu_flags, image, *command]
+
+
+def not_local(image: str) -> str:
+    return (
+        f"error: {image} is not a local image (nothing was pulled): build it with `invoke build ...`, "
+        "or `docker pull` it yourself if you trust where it comes from"
+    )
 
 
 def run_in_image(
     runner: Runner, image: str, command: Sequence[str], *, gpus: bool, on_line: Callable[[str], None]
 ) -> int:
     """The command's exit code, its output streamed to `on_line`; a host without the NVIDIA container runtime
-    is a skip (77), never a pass."""
+    is a skip (77), never a pass; an image that is not local is a usage error (2), never pulled."""
+    check_images([image])
     seen: list[str] = []
 
     def show(line: str) -> None:
@@ -37,10 +60,19 @@ def run_in_image(
         on_line(line)
 
     code = runner.stream(run_argv(image, command, gpus=gpus), show)
-    if gpus and code == 125 and any(NO_GPU_RUNTIME in line for line in seen):
+    if code == DOCKER_RUN_FAILED and any(_docker_says(line, NO_SUCH_IMAGE) for line in seen):
+        on_line(not_local(image))
+        return EXIT_USAGE
+    if gpus and code == DOCKER_RUN_FAILED and any(NO_GPU_RUNTIME in line for line in seen):
         on_line(f"{image}: no NVIDIA container runtime on this host: skipped (exit 77), never a pass")
         return EXIT_SKIPPED
     return code
+
+
+def _docker_says(line: str, text: str) -> bool:
+    """Whether the docker CLI itself (not the command in the container) printed `text` on this line."""
+    lowered = line.lower()
+    return lowered.startswith("docker:") and text in lowered
 
 
 def meaning(code: int) -> str:

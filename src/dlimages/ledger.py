@@ -61,6 +61,11 @@ class Ledger:
         good = [entry for entry in self.entries() if entry.ok and entry.refs]
         return [ref for entry in good for ref in (entry.refs if every_tag else entry.refs[:1])]
 
+    def moving_refs(self) -> set[str]:
+        """The refs that move on purpose (a release tag such as v1.0, an alias): every ref of an entry but its first.
+        Push may replace what a registry has under them; every other tag is immutable there."""
+        return {ref for entry in self.entries() for ref in entry.refs[1:]}
+
     def cells_by_ref(self) -> dict[str, str]:
         """Which cell each recorded ref belongs to (its latest successful build)."""
         return {ref: entry.cell for entry in self.entries() if entry.ok for ref in entry.refs}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dlimages.cells import Cell
 from dlimages.errors import InputError, Problem, allowed_list
+from dlimages.grammar import URL_ALLOWED, url_problem
 from dlimages.spec import Matrix
 
 HOST_PROFILE = "host"  # resolved at build time from this machine's own apt configuration
@@ -67,7 +68,8 @@ def resolve(matrix: Matrix, profile: str, cell: Cell, sources: Iterable[Path] = 
     if install.variant_tag is not None:
         if spec.pytorch_wheels:
             # The mirror serves the CUDA build as a find-links page; the upstream index is then not asked.
-            torch_find_links, torch_index = spec.pytorch_wheels.format(variant=install.variant_tag), ""
+            # spec validated it: `{variant}` is its only placeholder, so no str.format field can fail here.
+            torch_find_links, torch_index = spec.pytorch_wheels.replace("{variant}", install.variant_tag), ""
         else:
             upstream = install.index_url or install.find_links
             notes.append(
@@ -89,29 +91,59 @@ def _host(cell: Cell, sources: Iterable[Path]) -> MirrorArgs:
 def debian_mirrors(
     sources: Iterable[Path] = APT_SOURCES, flag: str = "--mirror", instead: str = "--mirror URL"
 ) -> tuple[str, str]:
-    """This host's Debian mirror and security mirror, from its apt sources (security defaults to main-security)."""
-    uris = host_apt_uris(sources)
-    main = next((u for u in uris if u.rstrip("/").endswith("/debian")), None)
-    security = next((u for u in uris if u.rstrip("/").endswith("/debian-security")), None)
+    """This host's Debian mirror and security mirror, from its apt sources (security defaults to main-security).
+
+    Both reach a build (build arguments) or make-base.sh, so they pass the URL grammar first: InputError naming
+    the file and line otherwise.
+    """
+    found = _host_sources(sources)
+    main = next((s for s in found if s.uri.rstrip("/").endswith("/debian")), None)
+    security = next((s for s in found if s.uri.rstrip("/").endswith("/debian-security")), None)
     if main is None:
         raise InputError([Problem(flag, "no Debian mirror found in this host's apt sources", instead)])
-    return main, security or main.rstrip("/") + "-security"
+    problems = [
+        Problem(source.where, f"this host's Debian mirror (read for {flag}) {problem}", URL_ALLOWED)
+        for source in (main, security)
+        if source is not None and (problem := url_problem(source.uri)) is not None
+    ]
+    if problems:
+        raise InputError(problems)
+    return main.uri, security.uri if security else main.uri.rstrip("/") + "-security"
 
 
 def host_apt_uris(sources: Iterable[Path] = APT_SOURCES) -> list[str]:
     """The http(s) URIs this host's apt uses, in both one-line and deb822 formats, in file order."""
+    return list(dict.fromkeys(source.uri for source in _host_sources(sources)))
+
+
+@dataclass(frozen=True)
+class _AptSource:
+    uri: str
+    where: str  # file:line, for messages
+
+
+def _host_sources(sources: Iterable[Path]) -> list[_AptSource]:
     files: list[Path] = []
-    for source in sources:
-        if source.is_dir():
-            files += sorted(p for p in source.iterdir() if p.suffix in (".list", ".sources"))
-        elif source.is_file():
-            files.append(source)
-    uris: list[str] = []
-    for path in files:
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line.startswith("URIs:"):
-                uris += line.split()[1:]
-            elif line.startswith("deb "):
-                uris += [w for w in line.split()[1:] if re.match(r"https?://", w)][:1]
-    return list(dict.fromkeys(u for u in uris if re.match(r"https?://", u)))
+    found: list[_AptSource] = []
+    try:
+        for source in sources:
+            if source.is_dir():
+                files += sorted(p for p in source.iterdir() if p.suffix in (".list", ".sources"))
+            elif source.is_file():
+                files.append(source)
+        for path in files:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+            for number, line in enumerate(lines, start=1):
+                line = line.split("#", 1)[0].strip()
+                if line.startswith("URIs:"):
+                    uris = line.split()[1:]
+                elif line.startswith("deb "):
+                    uris = [w for w in line.split()[1:] if re.match(r"https?://", w)][:1]
+                else:
+                    continue
+                found += [_AptSource(uri, f"{path}:{number}") for uri in uris if re.match(r"https?://", uri)]
+    except OSError as error:
+        raise InputError(
+            [Problem(str(error.filename), f"cannot read this host's apt sources: {error.strerror}")]
+        ) from None
+    return found

@@ -1,17 +1,25 @@
 """Push built images to registries and prove each push by pulling its digest back.
 
-Deciding is pure (`plan_push`, `failure_kind`, `parse_digest`); `push_image` runs every command through a
-`Runner`, so unit tests hand in a fake docker and need no engine.
+Deciding is pure (`plan_push`, `failure_kind`, `parse_digest`, `parse_remote_tag`, `daemon_treats_as_insecure`);
+`push_image` runs every command through a `Runner`, so unit tests hand in a fake docker and need no engine.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import dataclasses
+import hashlib
+import ipaddress
+import json
 import re
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from types import FrameType
+from typing import Any, Literal
 
 from dlimages.errors import InputError, Problem
 from dlimages.references import REGISTRY_ALLOWED, ref_problems, registry_problems, registry_ref, split_tag
@@ -22,6 +30,10 @@ Failure = Literal["auth", "transient", "unreachable", "other"]
 
 PUSH_TIMEOUT_S = 3600.0  # a multi-GB CUDA image over a slow uplink; a hang beyond this counts as transient
 INSPECT_TIMEOUT_S = 30.0
+MAX_RETRIES = 10  # backoff doubles from 2 s: ten retries already wait 34 minutes in all
+RETRIES_ALLOWED = f"a whole number from 0 to {MAX_RETRIES}"
+# dockerd's default insecure registries, when `docker info` cannot say which it uses.
+DEFAULT_REGISTRY_CONFIG: Mapping[str, Any] = {"InsecureRegistryCIDRs": ["127.0.0.0/8"], "IndexConfigs": {}}
 
 _DIGEST_LINE = re.compile(r"^(?P<tag>\S+): digest: (?P<digest>sha256:[0-9a-f]{64}) size: \d+\s*$", re.MULTILINE)
 
@@ -30,6 +42,7 @@ _DIGEST_LINE = re.compile(r"^(?P<tag>\S+): digest: (?P<digest>sha256:[0-9a-f]{64
 _ENGINE = re.compile(r"cannot connect to the docker daemon|error during connect|docker daemon socket", re.I)
 _AUTH = re.compile(r"unauthorized|no basic auth credentials|authentication required|\bdenied\b|\b40[13]\b", re.I)
 _UNREACHABLE = re.compile(r"no such host|server misbehaving", re.I)  # a typo'd host does not heal by waiting
+_NO_SUCH_MANIFEST = re.compile(r"^no such manifest: ", re.M)  # `docker manifest inspect`: the tag is not there
 _TRANSIENT = re.compile(
     r"connection refused|connection reset|broken pipe|no route to host|network is unreachable"
     r"|TLS handshake timeout|i/o timeout|timed? ?out|timeout|\bEOF\b|too many requests|\b429\b"
@@ -45,6 +58,19 @@ class PushError(Exception):
     def __init__(self, message: str, results: Sequence[PushResult] = ()) -> None:
         super().__init__(message)
         self.results = tuple(results)
+
+
+class PushInterrupted(PushError):
+    """SIGINT or SIGTERM stopped the push; the temporary tag is gone (or the message says why not)."""
+
+    def __init__(self, message: str, signal_name: str, results: Sequence[PushResult] = ()) -> None:
+        super().__init__(message, results)
+        self.signal_name = signal_name
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, as shells report a command a signal stopped: 130 SIGINT, 143 SIGTERM."""
+        return 128 + int(signal.Signals[self.signal_name])
 
 
 @dataclass(frozen=True)
@@ -99,7 +125,29 @@ class PushTarget:
         return PushResult(self.registry, self.ref, self.remote_ref, digest, error is None, attempts, error, **seconds)
 
 
+@dataclass(frozen=True)
+class RemoteTag:
+    """What a registry serves under a tag: the manifest's digest and the image it names (its config digest, which
+    is the local image ID of that image), or, for a multi-platform index, how many images it lists."""
+
+    digest: str | None
+    image_id: str | None
+    platforms: int = 1
+
+    def describe(self) -> str:
+        if self.image_id is None:
+            return f"a multi-platform index of {self.platforms} images"
+        return f"manifest {self.digest} (image {self.image_id})"
+
+
 # --- deciding (pure) -------------------------------------------------------------------------------------------
+
+
+def retries_from_flag(text: str) -> int:
+    """--retries as typed (Invoke hands it over as text, so a wrong type is exit 2 here, not a traceback there)."""
+    if not re.fullmatch(r"[0-9]{1,3}", text) or int(text) > MAX_RETRIES:
+        raise InputError([Problem("--retries", f"is {text!r}", RETRIES_ALLOWED)])
+    return int(text)
 
 
 def plan_push(refs: Sequence[str], registries: Sequence[str]) -> list[PushTarget]:
@@ -133,6 +181,49 @@ def failure_kind(output: str) -> Failure:
     return "other"
 
 
+def parse_remote_tag(output: str) -> RemoteTag | None:
+    """`docker manifest inspect -v` output: one image (an object) or an index (an array of images); None when it
+    is neither, so the caller cannot tell what the tag holds."""
+    try:
+        data = json.loads(output)
+        if isinstance(data, list):
+            return RemoteTag(None, None, len(data))
+        raw = base64.b64decode(data["Raw"], validate=True)
+        config = json.loads(raw)["config"]["digest"]
+        digest = data["Descriptor"]["digest"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not (isinstance(config, str) and isinstance(digest, str)):
+        return None
+    if digest != "sha256:" + hashlib.sha256(raw).hexdigest():
+        return None  # the descriptor does not describe these bytes
+    return RemoteTag(digest, config)
+
+
+def daemon_treats_as_insecure(registry: str, config: Mapping[str, Any]) -> bool:
+    """Whether dockerd talks to `registry` over plain HTTP or unverified TLS (its `insecure-registries`, 127.0.0.0/8
+    by default; `config` is `docker info`'s RegistryConfig). Only then may `docker manifest inspect --insecure`
+    do the same: elsewhere it would send the registry's credentials over a connection nobody verified.
+
+    A host name counts only when listed by name: dockerd also resolves names into the insecure CIDRs, which this
+    does not (an HTTP registry known only that way reads as "no such manifest" and is pushed as if new).
+    """
+    host_port = registry.split("/", 1)[0]
+    index = (config.get("IndexConfigs") or {}).get(host_port)
+    if isinstance(index, dict) and isinstance(index.get("Secure"), bool):
+        return not index["Secure"]
+    host = host_port[1 : host_port.find("]")] if host_port.startswith("[") else host_port.split(":", 1)[0]
+    try:
+        address = ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
+    except ValueError:
+        return False
+    for cidr in config.get("InsecureRegistryCIDRs") or ():
+        with contextlib.suppress(ValueError, TypeError):
+            if address in ipaddress.ip_network(cidr, strict=False):
+                return True
+    return False
+
+
 def parse_digest(output: str, tag: str | None = None) -> str | None:
     """The manifest digest from `docker push` output ("TAG: digest: sha256:... size: N"), for `tag` if given."""
     found = [(m["tag"], m["digest"]) for m in _DIGEST_LINE.finditer(output)]
@@ -157,6 +248,59 @@ class _Outcome:
         return self.last.ok
 
 
+class _Signals:
+    """SIGINT and SIGTERM during a push: the first one raises KeyboardInterrupt where the push is (which kills the
+    docker command it waits on); if it comes while a temporary tag is being removed, the removal finishes first and
+    `check` raises it after. Later signals are ignored, so the cleanup always finishes. Handlers exist only in the
+    main thread, as signals do."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._cleaning = False
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.received is not None:
+            return
+        self.received = signal.Signals(signum).name
+        if not self._cleaning:
+            raise KeyboardInterrupt(self.received)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[_Signals]:
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {number: signal.signal(number, self._handle) for number in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, signal.SIG_DFL if handler is None else handler)
+
+    @contextlib.contextmanager
+    def cleanup(self) -> Iterator[None]:
+        """A block a signal does not interrupt (`check` raises it afterwards)."""
+        self._cleaning = True
+        try:
+            yield
+        finally:
+            self._cleaning = False
+
+    def check(self) -> None:
+        """Raise the signal that came during a cleanup, now that the cleanup is done."""
+        if self.received is not None:
+            raise KeyboardInterrupt(self.received)
+
+
+class _Interrupted(Exception):
+    """Raised out of one target's push once its temporary tag is cleaned up; push_image words the message."""
+
+    def __init__(self, target: PushTarget, tag_note: str) -> None:
+        super().__init__(tag_note)
+        self.target = target
+        self.tag_note = tag_note
+
+
 def push_image(
     refs: Sequence[str],
     registries: Sequence[str],
@@ -166,40 +310,54 @@ def push_image(
     runner: Runner = DEFAULT,
     sleep: Sleep = time.sleep,
     timeout: float = PUSH_TIMEOUT_S,
+    moving: Collection[str] = (),
+    force_overwrite: bool = False,
 ) -> list[PushResult]:
     """Push every local ref to every registry and prove each push by pulling its digest back.
 
-    Per (registry, ref): `docker tag REF REGISTRY/REF`, `docker push` (a transient failure is tried again
-    up to `retries` more times, sleeping backoff, 2*backoff, 4*backoff...; a refusal of credentials never
-    is), then `docker pull REGISTRY/REPO@DIGEST` must give the local image ID. The registry-prefixed tag
-    is removed afterwards if this call made it (kept, and reported, if REF was rebuilt meanwhile: it is then
-    the pushed image's last tag); local tags and images are never touched. Once a registry refuses the
-    credentials or cannot be reached, its remaining refs are not tried.
+    Per (registry, ref): unless REF is in `moving` (a release tag or an alias, which move on purpose) or
+    `force_overwrite` is given, the tag is immutable: `docker manifest inspect` reads what the registry serves
+    under it, and a different image there refuses the push. Then `docker tag REF REGISTRY/REF`, `docker push`
+    (a transient failure is tried again up to `retries` more times, sleeping backoff, 2*backoff, 4*backoff...;
+    a refusal of credentials never is), then `docker pull REGISTRY/REPO@DIGEST` must give the local image ID.
+    The registry-prefixed tag is removed afterwards if this call made it (kept, and reported, if REF was rebuilt
+    meanwhile: it is then the pushed image's last tag), also when SIGINT or SIGTERM stops the push (which then
+    raises PushInterrupted); local tags and images are never touched. Once a registry refuses the credentials or
+    cannot be reached, its remaining refs are not tried.
 
     Returns the results when every push was verified; otherwise raises PushError whose message names each
     failure and what to do, with all results attached. Raises InputError for bad refs or registries, or
     refs that are not local images.
     """
     problems = []
-    if retries < 0:
-        problems.append(Problem("--retries", f"is {retries}", "0 or more"))
+    if not 0 <= retries <= MAX_RETRIES:
+        problems.append(Problem("--retries", f"is {retries}", RETRIES_ALLOWED))
     if backoff < 0:
         problems.append(Problem("--backoff", f"is {backoff}", "0 or more seconds"))
     if problems:
         raise InputError(problems)
     targets = plan_push(refs, registries)
-    local_ids = _local_ids(runner, list(dict.fromkeys(refs)))
-
+    settings = _Settings(runner, sleep, retries, backoff, timeout)
     results: list[PushResult] = []
-    given_up: dict[str, str] = {}  # registry -> why the rest of its refs are not tried
-    for target in targets:
-        if target.registry in given_up:
-            results.append(PushResult(target.registry, target.ref, target.remote_ref, error=given_up[target.registry]))
-            continue
-        result, give_up = _push_one(target, local_ids[target.ref], runner, sleep, retries, backoff, timeout)
-        if give_up and result.error:
-            given_up[target.registry] = result.error
-        results.append(result)
+    signals = _Signals()
+    with signals.installed():
+        try:
+            local_ids = _local_ids(runner, list(dict.fromkeys(refs)))
+            given_up: dict[str, str] = {}  # registry -> why the rest of its refs are not tried
+            for target in targets:
+                if target.registry in given_up:
+                    results.append(target.result(given_up[target.registry]))
+                    continue
+                immutable = not force_overwrite and target.ref not in moving
+                result, give_up = _push_one(target, local_ids[target.ref], settings, signals, immutable)
+                if give_up and result.error:
+                    given_up[target.registry] = result.error
+                results.append(result)
+                signals.check()
+        except _Interrupted as stopped:
+            raise _interrupted(signals.received, results, stopped.target, stopped.tag_note) from None
+        except KeyboardInterrupt:
+            raise _interrupted(signals.received, results) from None
 
     failed = [result for result in results if not result.ok]
     if failed:
@@ -207,6 +365,53 @@ def push_image(
         lines += [f"- {error}" for error in dict.fromkeys(str(r.error) for r in failed)]
         raise PushError("\n".join(lines), results)
     return results
+
+
+@dataclass
+class _Settings:
+    """How every docker command of one push_image call runs."""
+
+    runner: Runner
+    sleep: Sleep
+    retries: int
+    backoff: float
+    timeout: float
+    _registry_config: Mapping[str, Any] | None = None
+
+    def with_retries(self, argv: list[str], timeout: float | None = None) -> _Outcome:
+        return _with_retries(self.runner, argv, self.retries, self.backoff, self.sleep, timeout or self.timeout)
+
+    def insecure(self, registry: str) -> bool:
+        """Whether dockerd reaches `registry` without verified TLS (its RegistryConfig is read once, when needed)."""
+        if self._registry_config is None:
+            self._registry_config = _registry_config(self.runner)
+        return daemon_treats_as_insecure(registry, self._registry_config)
+
+
+def _interrupted(
+    signal_name: str | None, results: Sequence[PushResult], target: PushTarget | None = None, tag_note: str = ""
+) -> PushInterrupted:
+    name = signal_name or "SIGINT"  # Ctrl-C where no handler of ours runs (another thread)
+    done = sum(result.ok for result in results)
+    if target is None:
+        lines = [f"interrupted by {name}: no temporary tag is left and nothing local was changed."]
+    else:
+        lines = [
+            f"interrupted by {name} while pushing {target.ref} to {target.registry}: {tag_note}, and nothing else "
+            f"local was changed; {target.registry} has {target.remote_ref} only if its upload had finished."
+        ]
+    lines.append(f"{done} {'push was' if done == 1 else 'pushes were'} finished and verified before that.")
+    return PushInterrupted("\n".join(lines), name, results)
+
+
+def _registry_config(runner: Runner) -> Mapping[str, Any]:
+    """dockerd's RegistryConfig (which registries it reaches without verified TLS), or its defaults."""
+    done = runner(["docker", "info", "--format", "{{json .RegistryConfig}}"], timeout=INSPECT_TIMEOUT_S)
+    try:
+        config = json.loads(done.out) if done.ok else None
+    except ValueError:
+        config = None
+    return config if isinstance(config, dict) else DEFAULT_REGISTRY_CONFIG
 
 
 def _local_ids(runner: Runner, refs: list[str]) -> dict[str, str]:
@@ -227,35 +432,86 @@ def _local_ids(runner: Runner, refs: list[str]) -> dict[str, str]:
 
 
 def _push_one(
-    target: PushTarget, local_id: str, runner: Runner, sleep: Sleep, retries: int, backoff: float, timeout: float
+    target: PushTarget, local_id: str, settings: _Settings, signals: _Signals, immutable: bool
 ) -> tuple[PushResult, bool]:
     """The result, and whether the registry's other refs are not worth trying (credentials refused, unreachable)."""
-    ref, remote, result = target.ref, target.remote_ref, target.result
+    runner, ref, remote, result = settings.runner, target.ref, target.remote_ref, target.result
 
     existing = runner.image_id(remote)
     if existing is not None and existing != local_id:
         return result(f"{remote} already tags another local image ({existing[:19]}); remove that tag first"), False
+    if immutable:
+        refused, give_up, attempts = _immutable_tag_problem(target, local_id, settings)
+        if refused:
+            return result(refused, attempts), give_up
     made_tag = existing is None
-    if made_tag:
-        done = runner(["docker", "tag", ref, remote], timeout=INSPECT_TIMEOUT_S)
-        if not done.ok:
-            return result(f"`docker tag {ref} {remote}` failed: {done.last_line}"), False
     try:
-        pushed, give_up = _push_tagged(target, local_id, runner, sleep, retries, backoff, timeout)
-    finally:
-        left = _untag(runner, ref, remote, local_id) if made_tag else None  # also when interrupted
+        if made_tag:
+            done = runner(["docker", "tag", ref, remote], timeout=INSPECT_TIMEOUT_S)
+            if not done.ok:
+                return result(f"`docker tag {ref} {remote}` failed: {done.last_line}"), False
+        pushed, give_up = _push_tagged(target, local_id, settings)
+    except KeyboardInterrupt:
+        with signals.cleanup():
+            left = _untag(runner, ref, remote, local_id) if made_tag else None
+        note = left or (f"the temporary tag {remote} was removed" if made_tag else f"{remote} was tagged before: kept")
+        raise _Interrupted(target, note) from None
+    with signals.cleanup():
+        left = _untag(runner, ref, remote, local_id) if made_tag else None
     if left:
         pushed = dataclasses.replace(pushed, error=f"{pushed.error}; {left}" if pushed.error else left)
     return pushed, give_up
 
 
-def _push_tagged(
-    target: PushTarget, local_id: str, runner: Runner, sleep: Sleep, retries: int, backoff: float, timeout: float
-) -> tuple[PushResult, bool]:
+def _immutable_tag_problem(target: PushTarget, local_id: str, settings: _Settings) -> tuple[str | None, bool, int]:
+    """Why the registry's copy of this immutable tag forbids the push (None: absent, or the very same image),
+    whether the registry's other refs are not worth trying, and how many tries reading the registry took when it
+    failed (a registry that refuses the credentials or is down counts as the push's attempts)."""
+    insecure = ["--insecure"] if settings.insecure(target.registry) else []
+    argv = ["docker", "manifest", "inspect", "-v", *insecure, target.remote_ref]
+    looked = settings.with_retries(argv, INSPECT_TIMEOUT_S)
+    if not looked.ok:
+        if _NO_SUCH_MANIFEST.search(looked.last.err or looked.last.out):
+            return None, False, 0
+        if looked.kind in ("auth", "transient", "unreachable"):
+            return _push_message(target, looked), True, looked.attempts
+        return (
+            (
+                f"cannot tell which image {target.registry} serves under the immutable tag {target.tag} "
+                f"({looked.last.last_line}), so {target.ref} was not pushed: --force-overwrite pushes without looking"
+            ),
+            False,
+            0,
+        )
+    remote = parse_remote_tag(looked.last.out)
+    if remote is None:
+        return (
+            (
+                f"cannot read what {target.registry} serves under the immutable tag {target.tag} (unexpected output of "
+                f"`docker manifest inspect`), so {target.ref} was not pushed: --force-overwrite pushes without looking"
+            ),
+            False,
+            0,
+        )
+    if remote.image_id == local_id:
+        return None, False, 0
+    return (
+        (
+            f"{target.remote_ref} is an immutable tag and {target.registry} already has another image under it: "
+            f"the registry serves {remote.describe()}, {target.ref} is image {local_id}; nothing was pushed. "
+            "Release it under a new tag, or give --force-overwrite to replace the registry's image"
+        ),
+        False,
+        0,
+    )
+
+
+def _push_tagged(target: PushTarget, local_id: str, settings: _Settings) -> tuple[PushResult, bool]:
     registry, ref, remote, result = target.registry, target.ref, target.remote_ref, target.result
+    runner = settings.runner
 
     started = time.monotonic()
-    pushed = _with_retries(runner, ["docker", "push", remote], retries, backoff, sleep, timeout)
+    pushed = settings.with_retries(["docker", "push", remote])
     push_seconds = time.monotonic() - started
     if not pushed.ok:
         give_up = pushed.kind in ("auth", "transient", "unreachable")
@@ -270,7 +526,7 @@ def _push_tagged(
     # Layers are not downloaded again (they are local); the registry refused the manifest had any been missing.
     started = time.monotonic()
     pinned = f"{target.repository}@{digest}"
-    pulled = _with_retries(runner, ["docker", "pull", pinned], retries, backoff, sleep, timeout)
+    pulled = settings.with_retries(["docker", "pull", pinned])
     pulled_id = runner.image_id(pinned) if pulled.ok else None
     verify_seconds = time.monotonic() - started
     error: str | None = None

@@ -1,14 +1,16 @@
-"""Docker image references: what `docker tag` and `docker push` accept, checked before any command runs.
+"""Docker image references: what `docker tag`, `docker push` and `docker run` accept, checked before any command runs.
 
-Pure functions: `registry_problems` and `ref_problems` word each problem for the person who typed the value;
-`registry_ref` joins a registry and a local ref; `split_tag` cuts a ref into repository and tag.
+Pure functions: `image_problems`, `registry_problems` and `ref_problems` word each problem for the person who typed
+the value; `registry_ref` joins a registry and a local ref; `split_tag` cuts a ref into repository and tag.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from dlimages.errors import InputError, Problem
+from dlimages.grammar import REFERENCE_ALLOWED, reference_problem
 
 REGISTRY_ALLOWED = "host[:port][/path], e.g. 127.0.0.1:5000 or registry.example.com/team"
 
@@ -16,8 +18,20 @@ REGISTRY_ALLOWED = "host[:port][/path], e.g. 127.0.0.1:5000 or registry.example.
 _HOST_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _HOST = re.compile(rf"{_HOST_PART}(?:\.{_HOST_PART})*|\[[0-9A-Fa-f:.]+\]")
 _PATH_PART = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
-_TAG = re.compile(r"[\w][\w.-]{0,127}")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # ASCII only: \w would take every script's letters
+_REFERENCE_CHARACTERS = re.compile(r"[A-Za-z0-9._:/@\[\]-]+")
 _MAX_NAME = 255  # docker refuses repository names longer than this
+
+
+def image_problems(refs: Iterable[str], where: str = "--image") -> list[Problem]:
+    """A problem for each image a task was given that docker would not read as exactly one image reference: an
+    empty value, an option such as --help, whitespace, characters outside ASCII. Checked before anything runs."""
+    problems: list[Problem] = []
+    for ref in dict.fromkeys(refs):
+        problem = reference_problem(ref)
+        if problem is not None:
+            problems.append(Problem(f"{where} {ref!r}", problem, REFERENCE_ALLOWED))
+    return problems
 
 
 def registry_problems(registry: str) -> list[Problem]:
@@ -40,7 +54,7 @@ def registry_problems(registry: str) -> list[Problem]:
         host, _, port = host_port.rpartition(":")
     if not _HOST.fullmatch(host):
         return problem(f"has no valid host name ('{host}')")
-    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+    if port and not (re.fullmatch("[0-9]{1,5}", port) and 1 <= int(port) <= 65535):  # ASCII digits only
         return problem(f"has port '{port}', not a number from 1 to 65535")
     if not port and "." not in host and not host.startswith("[") and host != "localhost":
         # docker reads a first component without '.' or ':' as a Docker Hub namespace, so the push
@@ -58,8 +72,11 @@ def ref_problems(image_ref: str) -> list[Problem]:
     """Everything wrong with a local image ref that is to be pushed under a registry prefix."""
 
     def problem(message: str, allowed: str = "repository[:tag], e.g. lab/pytorch-universal-dev:v1.0") -> list[Problem]:
-        return [Problem(f"image '{image_ref}'", message, allowed)]
+        return [Problem(f"image {image_ref!r}", message, allowed)]
 
+    general = reference_problem(image_ref)
+    if general is not None and (image_ref.startswith("-") or not _REFERENCE_CHARACTERS.fullmatch(image_ref)):
+        return problem(general)  # empty, an option, whitespace, outside ASCII: said as such
     if "@" in image_ref:
         return problem("is a digest reference: push a tag")
     name, tag = split_tag(image_ref)
@@ -70,7 +87,7 @@ def ref_problems(image_ref: str) -> list[Problem]:
         return problem("is not a repository name: lowercase path parts separated by '/'")
     if len(parts) > 1 and ("." in parts[0] or parts[0] == "localhost"):
         return problem(f"already names a registry ('{parts[0]}'): give the repository without it")
-    return []
+    return [] if general is None else problem(general)  # e.g. longer than docker allows
 
 
 def registry_ref(registry: str, image_ref: str) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from dlimages.cells import Cell, Expansion
 from dlimages.compat import Candidate
 from dlimages.errors import InputError, Problem, allowed_list
+from dlimages.grammar import version_problem
 from dlimages.payload.dl_stack import FRAMEWORKS
 from dlimages.spec import Matrix, version_key, version_matches
 
@@ -26,11 +27,28 @@ class Selection:
     def from_flags(
         cls, cuda: str | None, torch: str | None, tf: str | None, python: str | None, flavor: str | None
     ) -> Selection:
-        """The selection `invoke build --cuda --torch/--tf --python --flavor` asks for; one framework at most."""
-        if torch and tf:
-            raise InputError([Problem("--torch/--tf", "choose one framework per build", "--torch X or --tf Y")])
-        framework = "pytorch" if torch else "tensorflow" if tf else None
-        return cls(cuda=cuda, framework=framework, version=torch or tf, python=python, flavor=flavor)
+        """The selection `invoke build --cuda --torch/--tf --python --flavor` asks for; one framework at most.
+
+        A flag given with an empty value is refused: read as "not given", it would select every cell.
+        """
+        given = {
+            "--cuda": (cuda, "a version such as 11.8"),
+            "--torch": (torch, "a version such as 2.1"),
+            "--tf": (tf, "a version such as 2.14"),
+            "--python": (python, "a version such as 3.10"),
+            "--flavor": (flavor, "runtime or devel"),
+        }
+        problems = [
+            Problem(flag, "is empty", f"{example}, or leave {flag} out")
+            for flag, (value, example) in given.items()
+            if value is not None and not value.strip()
+        ]
+        if torch is not None and tf is not None:
+            problems.append(Problem("--torch/--tf", "choose one framework per build", "--torch X or --tf Y"))
+        if problems:
+            raise InputError(problems)
+        framework = "pytorch" if torch is not None else "tensorflow" if tf is not None else None
+        return cls(cuda=cuda, framework=framework, version=torch if tf is None else tf, python=python, flavor=flavor)
 
     def matches(self, point: Candidate) -> bool:
         """Whether a valid cell's or an excluded combination's axis values are the ones asked for."""
@@ -94,16 +112,12 @@ def _check_flags(matrix: Matrix, want: Selection) -> None:
         frameworks = [want.framework] if want.framework else list(matrix.frameworks)
         known = [v for fw in frameworks for v in matrix.frameworks[fw].releases]
         flag = f"--{FRAMEWORKS[want.framework].flag}" if want.framework else "--version"
-        if not _is_version(want.version):
+        if version_problem(want.version) is not None:
             problems.append(Problem(flag, f"{want.version!r} is not a version", f"e.g. {known[-1]}"))
         elif not any(version_matches(v, want.version) for v in known):
             problems.append(Problem(flag, f"no release matches {want.version!r}", allowed_list(known)))
     if problems:
         raise InputError(problems)
-
-
-def _is_version(text: str) -> bool:
-    return all(part.isdigit() for part in text.split("."))
 
 
 def _impossible(matrix: Matrix, expansion: Expansion, want: Selection) -> Problem:

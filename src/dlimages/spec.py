@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -11,15 +13,62 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dlimages.errors import InputError, Problem, allowed_list
+from dlimages.grammar import (
+    NAME,
+    URL_ALLOWED,
+    VERSION,
+    reference_problem,
+    repository_problem,
+    url_problem,
+)
 from dlimages.payload.dl_stack import FRAMEWORKS
 
 MATRIX_FILE = "matrix.yaml"
 
-Version = Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]
-Driver = Annotated[str, Field(pattern=r"^\d+\.\d+(\.\d+)?$")]
-Arch = Annotated[str, Field(pattern=r"^sm_\d{2,3}$")]
-Url = Annotated[str, Field(pattern=r"^https?://\S+$")]
-Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+# ASCII only: a pattern with \d would let other scripts' digits (Arabic-Indic, fullwidth, ...) into tags and pins.
+Version = Annotated[str, Field(pattern=rf"^{VERSION.pattern}$")]
+Driver = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")]
+Arch = Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}$")]
+Name = Annotated[str, Field(pattern=rf"^{NAME.pattern}$")]
+
+
+def _checked(problem: str | None, what: str, allowed: str) -> None:
+    if problem is not None:
+        raise ValueError(f"{what} {problem} (allowed: {allowed})")
+
+
+def _url(value: str) -> str:
+    _checked(url_problem(value), "the URL", URL_ALLOWED)
+    return value
+
+
+def _source_url(value: str) -> str:
+    _checked(url_problem(value, fragment=True), "the URL", URL_ALLOWED + ", then an optional #fragment")
+    return value
+
+
+def _wheels_url(value: str) -> str:
+    _checked(url_problem(value, placeholders=("{variant}",)), "the URL", URL_ALLOWED + " and {variant}")
+    return value
+
+
+def _image(value: str) -> str:
+    _checked(reference_problem(value), "the image reference", "[registry[:port]/]repository[:tag][@sha256:...]")
+    return value
+
+
+def _repository(value: str) -> str:
+    _checked(repository_problem(value), "the repository", "[registry[:port]/]repository, e.g. nvidia/cuda")
+    return value
+
+
+# What reaches a build: checked by the grammars of dlimages.grammar, so that no value can end a Dockerfile line,
+# start a shell command or carry a credential. The value is never quoted back (it may hold a secret).
+Url = Annotated[str, AfterValidator(_url)]  # mirrors and package indexes: build arguments and pip.conf
+SourceUrl = Annotated[str, AfterValidator(_source_url)]  # where a fact comes from: shown to people only
+WheelsUrl = Annotated[str, AfterValidator(_wheels_url)]  # a find-links page per CUDA build: {variant} is e.g. cu118
+ImageRef = Annotated[str, AfterValidator(_image)]
+Repository = Annotated[str, AfterValidator(_repository)]
 
 
 class Model(BaseModel):
@@ -63,16 +112,16 @@ class CudaToolkit(Model):
     min_driver: Driver
     compat_driver: Driver
     gpu_archs: list[Arch] = Field(min_length=1)
-    source: Url
+    source: SourceUrl
 
 
 class OsSpec(Model):
     family: Literal["ubuntu", "debian"]
     codename: Name
     python: Version
-    image: str
+    image: ImageRef
     bootstrap: bool = False
-    source: Url
+    source: SourceUrl
 
 
 class NvidiaToolkitImages(Model):
@@ -81,8 +130,8 @@ class NvidiaToolkitImages(Model):
 
 
 class NvidiaCuda(Model):
-    repository: str
-    source: Url
+    repository: Repository
+    source: SourceUrl
     toolkits: dict[Version, NvidiaToolkitImages]
 
 
@@ -110,8 +159,8 @@ class Variant(Model):
 
 class Release(Model):
     python: list[Version] = Field(min_length=1)
-    source: Url  # where the published CUDA builds and their install commands are listed
-    python_source: Url | None = None  # where the supported Python versions are listed, if elsewhere
+    source: SourceUrl  # where the published CUDA builds and their install commands are listed
+    python_source: SourceUrl | None = None  # where the supported Python versions are listed, if elsewhere
     variants: dict[Version, Variant] = Field(min_length=1)
     companions: dict[Name, Version] = Field(default_factory=dict)
 
@@ -138,8 +187,8 @@ class MirrorProfile(Model):
     description: str
     apt: AptMirrors | None = None
     pypi: Url | None = None
-    pytorch_wheels: Url | None = None
-    source: Url | None = None
+    pytorch_wheels: WheelsUrl | None = None
+    source: SourceUrl | None = None
 
 
 def _framework_name(name: str) -> str:
@@ -153,7 +202,7 @@ FrameworkName = Annotated[str, AfterValidator(_framework_name)]
 
 class Matrix(Model):
     schema_version: Annotated[int, Field(ge=1, le=1)]
-    release: Annotated[str, Field(pattern=r"^v\d+(\.\d+)*$")]
+    release: Annotated[str, Field(pattern=rf"^v{VERSION.pattern}$")]
     images: dict[FrameworkName, ImageSpec]
     axes: Axes
     flavors: dict[Name, str]
@@ -174,26 +223,138 @@ class Matrix(Model):
         return value
 
 
+# Bounds on what matrix.yaml can make this process do. The real matrix is about 15 KB, about 1,000 values once its
+# aliases are expanded and 10 levels deep: each limit leaves it fifty times the room, and keeps the worst case
+# (parse, validate, report every problem) to seconds and megabytes.
+MAX_MATRIX_BYTES = 1024 * 1024
+# Aliases (*name) and merges (<<: *name) share one parsed node, but validation and error reports walk every use
+# of it: a few lines of nested aliases (a "billion laughs") would otherwise cost gigabytes and minutes. So values
+# (mappings, lists, scalars), characters and depth are counted as if every alias were written out in full.
+MAX_NODES = 50_000
+MAX_TEXT = MAX_MATRIX_BYTES
+MAX_DEPTH = 32
+# One value's length. It also keeps every digit string below Python's int() limit (4,300 digits), so no number,
+# however long, can crash a version comparison.
+MAX_VALUE = 4096
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """Valid YAML that matrix.yaml does not accept: over a limit, an explicit tag, a character from an escape."""
+
+
+def _refuse(problem: str, mark: Any) -> _Refused:
+    return _Refused(None, None, problem, mark)
+
+
 class _VersionsAsText(yaml.SafeLoader):
-    """YAML loader that keeps numbers as text and refuses duplicate keys.
+    """YAML loader that keeps numbers and dates as text, refuses duplicate keys and explicit tags, and bounds
+    what aliases expand to.
 
     Versions are never numbers: unquoted `3.10` would otherwise read as 3.1 and `11.0` as 11.
     """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        # Values and characters so far, and the nesting depth here, all with aliases expanded; counted as the
+        # document is composed, so that a limit stops the parse as soon as it is passed.
+        self._values = 0
+        self._characters = 0
+        self._depth = 0
+        # (values, characters, depth) of each finished node, by id(node), for the aliases that name it. A node
+        # enters it when it is complete: an alias to a node not yet there names one of its own parents (a cycle).
+        self._expanded: dict[int, tuple[int, int, int]] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            size = self._expanded.get(id(node))
+            if size is None:
+                raise _refuse(f"the alias *{event.anchor} is used inside the value it names", event.start_mark)
+            self._count(*size, event.start_mark)
+            return node
+        tag = getattr(event, "tag", None)
+        if tag is not None:
+            # !!int, !!float, !!bool, !!timestamp and !!map run constructors that raise on bad input; matrix.yaml
+            # needs no tag (versions are text, the schema gives every value its type).
+            shown = tag.replace("tag:yaml.org,2002:", "!!", 1)
+            raise _refuse(
+                f"explicit YAML tags are not allowed (found {shown}); write the value plainly", event.start_mark
+            )
+        if not isinstance(event, yaml.ScalarEvent):  # a mapping or a list: counted before what it holds
+            self._count(1, 0, 1, event.start_mark)
+        values, characters = self._values, self._characters
+        self._depth += 1
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        if isinstance(node, yaml.ScalarNode):
+            self._check_scalar(node)
+            self._count(1, len(node.value), 1, node.start_mark)
+            self._expanded[id(node)] = (1, len(node.value), 1)
+        elif node is not None:
+            depth = 1 + max((self._expanded[id(child)][2] for child in _children(node)), default=0)
+            self._expanded[id(node)] = (self._values - values + 1, self._characters - characters, depth)
+        return node
+
+    def _count(self, values: int, characters: int, depth: int, mark: Any) -> None:
+        self._values += values
+        self._characters += characters
+        if self._values > MAX_NODES:
+            raise _refuse(f"too many aliases/nodes (limit {MAX_NODES} values, aliases expanded)", mark)
+        if self._characters > MAX_TEXT:
+            raise _refuse(f"too much text once aliases are expanded (limit {MAX_TEXT} characters)", mark)
+        if self._depth + depth > MAX_DEPTH:
+            raise _refuse(f"nested too deeply (limit {MAX_DEPTH} levels, aliases expanded)", mark)
+
+    @staticmethod
+    def _check_scalar(node: yaml.ScalarNode) -> None:
+        value: str = node.value
+        if len(value) > MAX_VALUE:
+            raise _refuse(f"a value longer than {MAX_VALUE} characters", node.start_mark)
+        # An escape ("\e", "\ud800") can make characters that the file itself may not hold; they would reach
+        # terminals and generated files.
+        bad = yaml.reader.Reader.NON_PRINTABLE.search(value)
+        if bad:
+            raise _refuse(
+                f"a value holds U+{ord(bad.group()):04X}, a character YAML files may not contain", node.start_mark
+            )
+
+    def scan_flow_scalar_non_spaces(self, double: bool, start_mark: Any) -> list[str]:
+        # PyYAML turns "\U00110000" into chr(0x110000), which raises ValueError (or OverflowError) instead of a
+        # YAMLError.
+        try:
+            chunks: list[str] = super().scan_flow_scalar_non_spaces(double, start_mark)
+        except (ValueError, OverflowError):
+            raise yaml.scanner.ScannerError(
+                "while scanning a quoted scalar", start_mark, "an escape names no Unicode character", self.get_mark()
+            ) from None
+        return chunks
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return list(node.value)
 
 
 # A copy of the resolver table: editing the inherited one would change every PyYAML loader in the process.
 _VersionsAsText.yaml_implicit_resolvers = {
     first: [
-        (tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp")
     ]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 
 
 def _construct_mapping(loader: _VersionsAsText, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    loader.flatten_mapping(node)  # resolve `<<: *anchor` merges before looking for duplicates
+    # Duplicates are looked for among the mapping's own keys: a key that overrides one merged in by `<<: *anchor`
+    # is what merging is for. PyYAML puts merged keys first, so the mapping's own keys win.
+    own = [key_node for key_node, _ in node.value if key_node.tag != "tag:yaml.org,2002:merge"]
+    loader.flatten_mapping(node)
     seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
+    for key_node in own:
         key = loader.construct_object(key_node, deep=deep)
         try:
             hash(key)
@@ -286,13 +447,11 @@ def _problem_from_pydantic(error: Any, where_file: str) -> Problem:
 
 def parse_matrix(text: str, where_file: str = MATRIX_FILE) -> Matrix:
     """Parse and validate matrix text; raise InputError listing every problem."""
-    try:
-        data = yaml.load(text, Loader=_VersionsAsText)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{where_file}:{mark.line + 1}" if mark else where_file
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError([Problem(where, f"not valid YAML: {problem}")]) from None
+    if len(text) > MAX_MATRIX_BYTES:
+        raise InputError(
+            [Problem(where_file, f"too large: {len(text)} characters, over the limit of {MAX_MATRIX_BYTES} (1 MiB)")]
+        )
+    data = _load_yaml(text, where_file)
     if not isinstance(data, dict):
         raise InputError([Problem(where_file, "must be a mapping of keys at the top level")])
     try:
@@ -305,11 +464,55 @@ def parse_matrix(text: str, where_file: str = MATRIX_FILE) -> Matrix:
     return matrix
 
 
-def load_matrix(path: Path) -> Matrix:
+def _load_yaml(text: str, where_file: str) -> Any:
+    loader = None
     try:
-        text = path.read_text(encoding="utf-8")
+        loader = _VersionsAsText(text)  # checks every character first
+        return loader.get_single_data()
+    except _Refused as exc:
+        where = f"{where_file}:{exc.problem_mark.line + 1}" if exc.problem_mark else where_file
+        raise InputError([Problem(where, str(exc.problem))]) from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise InputError(
+            [Problem(f"{where_file}:{line}", f"not valid YAML: the character U+{exc.character:04X} is not allowed")]
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{where_file}:{mark.line + 1}" if mark else where_file
+        problem = getattr(exc, "problem", None) or str(exc)
+        context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if problem == "second occurrence" and context and context_mark:  # PyYAML's duplicate anchor
+            problem = f"{context} at line {context_mark.line + 1}"
+        raise InputError([Problem(where, f"not valid YAML: {problem}")]) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def load_matrix(path: Path) -> Matrix:
+    """Read and validate a matrix file: at most MAX_MATRIX_BYTES of UTF-8 text from a regular file."""
+    try:
+        # Non-blocking, so that opening a FIFO returns at once; only regular files are read (a FIFO would wait for
+        # a writer, a link to /dev/zero never end), and never more than the limit.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(descriptor, "rb") as file:
+            mode = os.fstat(descriptor).st_mode
+            if not stat.S_ISREG(mode):
+                kind = "Is a directory" if stat.S_ISDIR(mode) else "not a regular file"
+                raise InputError([Problem(str(path), f"cannot read: {kind}")])
+            raw = file.read(MAX_MATRIX_BYTES + 1)
     except OSError as exc:
         raise InputError([Problem(str(path), f"cannot read: {exc.strerror}")]) from None
+    if len(raw) > MAX_MATRIX_BYTES:
+        raise InputError([Problem(path.name, f"too large: over the limit of {MAX_MATRIX_BYTES} bytes (1 MiB)")])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise InputError(
+            [Problem(f"{path.name}:{line}", f"not UTF-8 (byte 0x{raw[exc.start]:02x}); save the file as UTF-8")]
+        ) from None
     return parse_matrix(text, path.name)
 
 

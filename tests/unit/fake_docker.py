@@ -5,6 +5,7 @@ Hand it to the code under test as `Runner(FakeDocker())`: the runner calls it as
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import subprocess
@@ -18,15 +19,35 @@ REMOTE = f"{REG}/{REF}"
 REFUSED = 'Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused'
 
 Reply = tuple[int, str, str]  # returncode, stdout, stderr
+REGISTRY_CONFIG = {"IndexConfigs": {}, "InsecureRegistryCIDRs": ["127.0.0.0/8"], "Mirrors": []}  # dockerd's default
+
+
+def manifest(image_id: str) -> bytes:
+    """The manifest a registry keeps for an image: its digest is what `docker push` prints."""
+    return json.dumps({"schemaVersion": 2, "config": {"digest": image_id}, "layers": []}, indent=3).encode()
+
+
+def digest_of(image_id: str) -> str:
+    return "sha256:" + hashlib.sha256(manifest(image_id)).hexdigest()
+
+
+def manifest_inspect(remote: str, image_id: str) -> str:
+    """What `docker manifest inspect -v REMOTE` prints for a single-platform image (Docker 28 CLI)."""
+    raw = manifest(image_id)
+    descriptor = {"mediaType": "application/vnd.docker.distribution.manifest.v2+json", "digest": digest_of(image_id)}
+    data = {"Ref": remote, "Descriptor": descriptor, "Raw": base64.b64encode(raw).decode(), "SchemaV2Manifest": {}}
+    return json.dumps(data, indent="\t")
 
 
 class FakeDocker:
-    """Enough of the docker CLI for push.py: tags, a registry keyed by repo@digest, scripted failures."""
+    """Enough of the docker CLI for push.py: tags, a registry keyed by repo@digest and by tag, scripted failures."""
 
     def __init__(self, tags: dict[str, str] | None = None) -> None:
         self.tags = dict(tags if tags is not None else {REF: LOCAL_ID})
         self.registry: dict[str, str] = {}  # "repo@digest" -> image ID
+        self.remote_tags: dict[str, str] = {}  # "registry/repo:tag" -> the image ID the registry serves under it
         self.push_replies: list[Reply] = []  # consumed first, then pushes succeed
+        self.manifest_replies: list[Reply] = []
         self.pull_replies: list[Reply] = []
         self.pulled_id: str | None = None  # what a pull-back yields instead of the pushed image
         self.run_replies: dict[str, Reply] = {}
@@ -50,12 +71,21 @@ class FakeDocker:
             case ["tag", source, target]:
                 self.tags[target] = self.tags[source]
                 return 0, "", ""
+            case ["info", "--format", "{{json .RegistryConfig}}"]:
+                return 0, json.dumps(REGISTRY_CONFIG) + "\n", ""
+            case ["manifest", "inspect", "-v", *insecure, remote] if insecure in ([], ["--insecure"]):
+                if self.manifest_replies:
+                    return self.manifest_replies.pop(0)
+                if remote not in self.remote_tags:
+                    return 1, "", f"no such manifest: {remote}\n"
+                return 0, manifest_inspect(remote, self.remote_tags[remote]) + "\n", ""
             case ["push", remote]:
                 if self.push_replies:
                     return self.push_replies.pop(0)
                 repo, tag = remote.rsplit(":", 1)
-                digest = "sha256:" + hashlib.sha256(self.tags[remote].encode()).hexdigest()
+                digest = digest_of(self.tags[remote])
                 self.registry[f"{repo}@{digest}"] = self.tags[remote]
+                self.remote_tags[remote] = self.tags[remote]
                 out = (
                     f"The push refers to repository [{repo}]\nbcac0a5b6318: Pushed\n{tag}: digest: {digest} size: 529\n"
                 )

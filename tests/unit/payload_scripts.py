@@ -8,7 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -27,6 +29,17 @@ def run_script(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=120, check=False
     )
+
+
+def run_main(
+    module: ModuleType, args: Sequence[str], monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> subprocess.CompletedProcess[str]:
+    """A script's main(args) in this process, every GPU hidden: what running it as a file does, without starting
+    Python and importing torch again (the tests that run the file itself are the image-layout ones)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    code = module.main(list(args))
+    captured = capfd.readouterr()
+    return subprocess.CompletedProcess([module.__name__, *args], code, captured.out, captured.err)
 
 
 def install_like_an_image(script: Path, command: str, folder: Path) -> Path:

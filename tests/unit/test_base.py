@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +44,51 @@ def test_only_missing_bootstrapped_bases_are_named_once(expansion: Expansion) ->
     assert bootstrapped, "the fixture matrix has cells on the locally made base"
     assert missing_bases(expansion.cells, Runner(inspect)) == list(dict.fromkeys(c.base_image for c in bootstrapped))
     assert asked == list(dict.fromkeys(c.base_image for c in bootstrapped))  # other bases are never looked up
+
+
+URL_ALLOWED = "http(s)://host[:port]/path with letters, digits and . _ ~ + = , - / %XX"
+
+
+SHELL_CHARACTER = "has ';' in its path (query strings, fragments and shell characters are not allowed)"
+CREDENTIALS = "carries credentials (user:password@): give them with --netrc FILE (a BuildKit secret) instead"
+
+
+@pytest.mark.parametrize(
+    ("mirror", "problem"),
+    [
+        ("http://x/;id>/dev/stderr;#", SHELL_CHARACTER),
+        ("https://u:p@deb.example.org/debian", CREDENTIALS),
+        ("deb.example.org/debian", "is not an http:// or https:// URL"),
+        ("", "is empty"),
+    ],
+    ids=["shell", "credentials", "no-scheme", "empty"],
+)
+def test_a_bad_mirror_flag_is_an_input_error(mirror: str, problem: str) -> None:
+    with pytest.raises(InputError) as caught:
+        make_base_argv(Path("/repo"), mirror)
+    assert caught.value.report() == f"error: --mirror: the URL {problem} (allowed: {URL_ALLOWED})"
+
+
+def test_a_hostile_mirror_in_the_hosts_apt_sources_is_an_input_error(tmp_path: Path) -> None:
+    sources = tmp_path / "debian.sources"
+    sources.write_text("Types: deb\nURIs: http://x/$(id)/debian\nSuites: bookworm\n", encoding="utf-8")
+    with pytest.raises(InputError) as caught:
+        make_base_argv(Path("/repo"), sources=[sources])
+    assert caught.value.report().startswith(
+        f"error: {sources}:2: this host's Debian mirror (read for --mirror) has '$' in its path"
+    )
+
+
+def test_invoke_base_refuses_a_bad_mirror_with_exit_2(repo_copy: Path) -> None:
+    # Before any command runs (the copy has no scripts/make-base.sh: a run would fail differently).
+    result = subprocess.run(
+        [sys.executable, "-m", "invoke", "base", "--mirror", "http://x/;id>/dev/stderr;#"],
+        cwd=repo_copy,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "error: --mirror: the URL has ';' in its path" in result.stderr
+    assert "uid=" not in result.stdout + result.stderr and "Traceback" not in result.stderr

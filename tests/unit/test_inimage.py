@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from dlimages.inimage import meaning, run_argv, run_in_image, worst
+from dlimages.errors import InputError
+from dlimages.inimage import check_images, meaning, run_argv, run_in_image, worst
 from dlimages.runner import Runner
 
 
@@ -25,18 +26,62 @@ def runner_printing(lines: Sequence[str], code: int, seen: list[list[str]]) -> R
     return Runner(no_run, stream)
 
 
-def test_gpus_are_requested_or_hidden() -> None:
-    assert run_argv("lab/x:v1", ["dl-smoke"], gpus=True) == [
-        "docker",
-        "run",
-        "--rm",
-        "--gpus",
-        "all",
-        "lab/x:v1",
-        "dl-smoke",
-    ]
+def test_gpus_are_requested_or_hidden_and_nothing_is_ever_pulled() -> None:
+    never = ["docker", "run", "--rm", "--pull", "never"]
+    assert run_argv("lab/x:v1", ["dl-smoke"], gpus=True) == [*never, "--gpus", "all", "lab/x:v1", "dl-smoke"]
     hidden = run_argv("lab/x:v1", ["dl-smoke"], gpus=False)
-    assert hidden == ["docker", "run", "--rm", "-e", "NVIDIA_VISIBLE_DEVICES=void", "lab/x:v1", "dl-smoke"]
+    assert hidden == [*never, "-e", "NVIDIA_VISIBLE_DEVICES=void", "lab/x:v1", "dl-smoke"]
+
+
+def test_an_image_that_is_not_local_is_a_usage_error_not_a_pull() -> None:
+    # What Docker 20.10's engine answers `docker run --pull never` for an image it does not have (exit 125).
+    said = ["docker: Error response from daemon: No such image: lab/never-built:x", "", "Run 'docker run --help'"]
+    seen: list[list[str]] = []
+    shown: list[str] = []
+    code = run_in_image(
+        runner_printing(said, 125, seen), "lab/never-built:x", ["dl-smoke"], gpus=True, on_line=shown.append
+    )
+    assert (code, meaning(code)) == (2, "usage error")
+    assert shown[-1] == (
+        "error: lab/never-built:x is not a local image (nothing was pulled): build it with `invoke build ...`, "
+        "or `docker pull` it yourself if you trust where it comes from"
+    )
+    assert seen[0][3:5] == ["--pull", "never"]
+
+
+def test_a_command_in_the_image_saying_no_such_image_keeps_its_code() -> None:
+    code = run_in_image(
+        runner_printing(["No such image: x"], 125, []), "lab/x:v1", ["dl-smoke"], gpus=True, on_line=print
+    )
+    assert code == 125
+
+
+@pytest.mark.parametrize(
+    ("ref", "problem"),
+    [
+        ("--help", "starts with '-' (docker would read it as an option)"),
+        ("", "is empty"),
+        ("lab/x:v1 --privileged", "has whitespace or characters outside printable ASCII"),
+        ("lab/x\u0131:v1", "has whitespace or characters outside printable ASCII"),
+        ("Lab/X:v1", "is not an image reference: lowercase path parts separated by '/', then an optional :tag"),
+    ],
+)
+def test_an_image_docker_would_not_read_as_one_reference_is_refused_before_anything_runs(
+    ref: str, problem: str
+) -> None:
+    seen: list[list[str]] = []
+    with pytest.raises(InputError) as caught:
+        run_in_image(runner_printing([], 0, seen), ref, ["dl-smoke"], gpus=True, on_line=print)
+    (refused,) = caught.value.problems
+    assert (refused.where, refused.message) == (f"--image {ref!r}", problem)
+    assert seen == []
+
+
+def test_every_bad_image_is_reported_at_once() -> None:
+    with pytest.raises(InputError) as caught:
+        check_images(["lab/x:v1", "--help", "", "lab/x:v1", "a b"])
+    assert [p.where for p in caught.value.problems] == ["--image '--help'", "--image ''", "--image 'a b'"]
+    assert check_images(["lab/x:v1", "127.0.0.1:5000/lab/x:v1", "lab/x:v1"]) == ["lab/x:v1", "127.0.0.1:5000/lab/x:v1"]
 
 
 def test_the_commands_exit_code_and_output_come_through() -> None:

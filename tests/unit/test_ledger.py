@@ -34,6 +34,9 @@ def test_records_cells_and_reads_back_refs_of_successful_builds(expansion: Expan
     assert ledger.built_refs() == [first.refs[0]]
     assert ledger.built_refs(every_tag=True) == list(first.refs)
     assert ledger.cells_by_ref() == {ref: first.slug for ref in first.refs}
+    # The release tag and aliases move (push may replace them in a registry); the first, immutable ref never does.
+    assert ledger.moving_refs() == set(first.refs[1:]) | set(second.refs[1:])
+    assert first.refs[0] not in ledger.moving_refs() and "v0" in {ref.split(":")[1] for ref in ledger.moving_refs()}
     assert [(e.cell, e.ok, e.image_id) for e in ledger.entries()] == [
         (first.slug, True, IMAGE_ID),
         (second.slug, False, None),

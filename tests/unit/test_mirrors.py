@@ -10,7 +10,7 @@ import pytest
 
 from dlimages.cells import Cell
 from dlimages.errors import InputError
-from dlimages.mirrors import MirrorArgs, host_apt_uris, resolve
+from dlimages.mirrors import MirrorArgs, debian_mirrors, host_apt_uris, resolve
 from dlimages.spec import Matrix
 
 CellLookup = Callable[[str, str], Cell]
@@ -184,3 +184,52 @@ def test_unknown_profile_lists_the_allowed_profiles(matrix: Matrix, cell: CellLo
     assert caught.value.report() == (
         "error: --mirror: unknown mirror profile 'tsinghua' (allowed: none, campus, cloud, host)"
     )
+
+
+# --- The host's apt sources are input too (issue 8): they reach build arguments and make-base.sh -------------
+
+URL_ALLOWED = "http(s)://host[:port]/path with letters, digits and . _ ~ + = , - / %XX"
+
+
+@pytest.mark.parametrize(
+    ("uri", "problem"),
+    [
+        (
+            "http://x/;id>/dev/stderr;/debian",
+            "has ';' in its path (query strings, fragments and shell characters are not allowed)",
+        ),
+        (
+            "http://x/$(id)/debian",
+            "has '$' in its path (query strings, fragments and shell characters are not allowed)",
+        ),
+        (
+            "http://apt:s3cret@mirror.example.org/debian",
+            "carries credentials (user:password@): give them with --netrc FILE (a BuildKit secret) instead",
+        ),
+    ],
+    ids=["semicolon", "command-substitution", "credentials"],
+)
+def test_a_hostile_host_mirror_is_refused_naming_the_file(
+    matrix: Matrix, cell: CellLookup, tmp_path: Path, uri: str, problem: str
+) -> None:
+    sources = tmp_path / "debian.sources"
+    sources.write_text(f"Types: deb\nURIs: {uri}\nSuites: bookworm\n", encoding="utf-8")
+    with pytest.raises(InputError) as caught:
+        resolve(matrix, "host", cell(*TORCH_DEBIAN), [sources])
+    assert caught.value.report() == (
+        f"error: {sources}:2: this host's Debian mirror (read for --mirror host) {problem} (allowed: {URL_ALLOWED})"
+    )
+    assert "s3cret" not in caught.value.report()
+
+
+def test_a_hostile_security_mirror_is_refused_too(tmp_path: Path) -> None:
+    sources = tmp_path / "sources.list"
+    sources.write_text(
+        "deb http://mirror.example.org/debian bookworm main\n"
+        "deb http://mirror.example.org/`id`/debian-security bookworm-security main\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(InputError) as caught:
+        debian_mirrors([sources])
+    assert [problem.where for problem in caught.value.problems] == [f"{sources}:2"]
+    assert "has '`' in its path" in caught.value.report()

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from payload_scripts import BENCH, install_like_an_image, needs_torch, run_script
+from payload_scripts import BENCH, install_like_an_image, needs_torch, run_main, run_script
 
 from dlimages.payload import dl_bench as bench
 from dlimages.payload import dl_stack as stack
@@ -100,10 +100,9 @@ def test_builtin_resnet50_matches_torchvision_shape() -> None:
         assert tuple(model.eval()(torch.zeros(1, 3, 64, 64)).shape) == (1, 1000)
 
 
-@pytest.mark.slow
 @needs_torch
-def test_no_gpu_skips_with_77() -> None:
-    result = run_script(BENCH, "--iters", "1")
+def test_no_gpu_skips_with_77(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    result = run_main(bench, ["--iters", "1"], monkeypatch, capfd)
     assert result.returncode == 77
     assert "no GPU visible" in result.stderr
 
@@ -116,3 +115,15 @@ def test_no_gpu_skips_with_77_as_json_as_images_install_it(tmp_path: Path) -> No
     report = json.loads(result.stdout)
     assert (result.returncode, report["status"], report["exit_code"], report["modes"]) == (77, "skipped", 77, [])
     assert json.loads(out.read_text()) == report
+
+
+def test_a_report_that_cannot_be_written_is_a_message_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # After the run (the disk filled up meanwhile, say): the report is still printed, --out is an error.
+    report = {"status": "skipped", "exit_code": 77, "modes": []}
+    args = SimpleNamespace(json=True, out=str(tmp_path))
+    assert bench.emit(report, args) is False  # type: ignore[arg-type]
+    out, err = capsys.readouterr()
+    assert json.loads(out) == report
+    assert err == f"dl-bench: error: --out {tmp_path}: cannot write there (Is a directory)\n"

@@ -32,15 +32,33 @@ def test_starts_as_images_install_it_with_dl_stack_beside_it(command: str, scrip
         (SMOKE, ["--steps", "3"], "--steps must be at least 6"),
         (SMOKE, ["--cell-file", "/nonexistent/cell.json"], "cannot read cell file /nonexistent/cell.json"),
         (BENCH, ["--modes", "fp8"], "unknown mode(s) fp8"),
-        (BENCH, ["--batch-size", "amp_fp16=0"], "--batch-size amp_fp16 must be a positive integer"),
-        (BENCH, ["--iters", "0"], "--warmup and --iters must be at least 1"),
-        (BENCH, ["--warmup", "x"], "invalid int value"),
+        (BENCH, ["--batch-size", "amp_fp16=0"], "--batch-size amp_fp16 must be a positive integer up to 65536"),
+        (BENCH, ["--iters", "0"], "--iters must be from 1 to 100000, got 0"),
+        (BENCH, ["--warmup", "x"], "argument --warmup: 'x' is not a whole number"),
+        (BENCH, ["--iters", "\u0663"], "argument --iters: '\u0663' is not a whole number"),  # ASCII digits only
+        (SMOKE, ["--steps", "\u0663\u0660"], "argument --steps: '\u0663\u0660' is not a whole number"),
+        (BENCH, ["--batch-size", "\u0661\u0662\u0668"], "--batch-size must be a positive integer up to 65536"),
+        # Huge numbers: usage errors at once, never a run that ends as "skipped" (77) without a GPU, or an overflow.
+        (SMOKE, ["--steps", "99999999999999999999"], "--steps must be at most 10000, got 99999999999999999999"),
+        (SMOKE, ["--expect-cuda", "twelve"], "--expect-cuda 'twelve' is not a version"),
+        (SMOKE, ["--expect-framework-version", ""], "--expect-framework-version '' is not a version"),
+        (BENCH, ["--batch-size", str(10**30)], f"--batch-size must be a positive integer up to 65536, got '{10**30}'"),
+        (BENCH, ["--iters", "99999999999999999999"], "--iters must be from 1 to 100000, got 99999999999999999999"),
+        (BENCH, ["--warmup", "100001"], "--warmup must be from 1 to 100000, got 100001"),
     ],
 )
 def test_usage_errors_exit_2(script: Path, args: list[str], message: str) -> None:
     result = run_script(script, *args)
-    assert result.returncode == 2
+    assert (result.returncode, "Traceback" in result.stderr) == (2, False), result.stderr
     assert message in result.stderr
+
+
+def test_bench_refuses_an_out_file_it_could_not_write_before_running(tmp_path: Path) -> None:
+    for out, why in ((tmp_path / "missing" / "bench.json", "No such file or directory"), (tmp_path, "Is a directory")):
+        result = run_script(BENCH, "--out", str(out))
+        assert (result.returncode, "Traceback" in result.stderr) == (2, False), result.stderr
+        assert f"dl-bench: error: --out {out}: cannot write there ({why})" in result.stderr
+    assert list(tmp_path.iterdir()) == []  # the check leaves nothing behind
 
 
 @pytest.mark.parametrize("script", [SMOKE, BENCH, STACK], ids=lambda path: path.name)

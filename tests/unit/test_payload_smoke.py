@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from payload_scripts import SMOKE, install_like_an_image, needs_torch, run_script
+from payload_scripts import SMOKE, install_like_an_image, needs_torch, run_main, run_script
 
 from dlimages.payload import dl_smoke as smoke
 from dlimages.payload import dl_stack as stack
@@ -303,10 +303,9 @@ def test_tensorflow_gpus_share_the_arch_check_and_a_failed_fit_is_explained() ->
 # --- as a script ------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 @needs_torch
-def test_no_gpu_skips_with_77() -> None:
-    result = run_script(SMOKE)
+def test_no_gpu_skips_with_77(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    result = run_main(smoke, [], monkeypatch, capfd)
     assert result.returncode == 77, result.stderr
     assert "SKIP  cuda_available" in result.stdout
     assert result.stdout.rstrip().endswith("RESULT skipped (exit 77)")
@@ -322,12 +321,13 @@ def test_no_gpu_skips_with_77_as_json_as_images_install_it(tmp_path: Path) -> No
     assert {c["name"]: c["status"] for c in report["checks"]}["cuda_available"] == "skip"
 
 
-@pytest.mark.slow
 @needs_torch
-def test_version_mismatch_fails_even_without_a_gpu(tmp_path: Path) -> None:
+def test_version_mismatch_fails_even_without_a_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     cell = tmp_path / "cell.json"
     cell.write_text(json.dumps({"framework": "pytorch", "framework_version": "0.1"}))
-    report = json.loads(run_script(SMOKE, "--json", "--cell-file", str(cell)).stdout)
+    report = json.loads(run_main(smoke, ["--json", "--cell-file", str(cell)], monkeypatch, capfd).stdout)
     assert (report["status"], report["exit_code"]) == ("failed", 1)
 
 

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
-from fake_docker import LOCAL_ID, OTHER_ID, REF, REFUSED, REG, REMOTE, FakeDocker
+from fake_docker import LOCAL_ID, OTHER_ID, REF, REFUSED, REG, REMOTE, FakeDocker, digest_of, manifest_inspect
 
 from dlimages.errors import InputError
-from dlimages.push import PushError, failure_kind, parse_digest, plan_push, push_image
+from dlimages.push import (
+    PushError,
+    PushInterrupted,
+    RemoteTag,
+    daemon_treats_as_insecure,
+    failure_kind,
+    parse_digest,
+    parse_remote_tag,
+    plan_push,
+    push_image,
+    retries_from_flag,
+)
 from dlimages.runner import Runner
 
 
@@ -225,7 +239,168 @@ def test_engine_down_is_a_push_error() -> None:
         push_image([REF], [REG], runner=Runner(no_engine))
 
 
-@pytest.mark.parametrize(("retries", "backoff"), [(-1, 2.0), (3, -0.5)])
+@pytest.mark.parametrize(("retries", "backoff"), [(-1, 2.0), (3, -0.5), (11, 2.0)])
 def test_negative_retries_or_backoff_are_input_errors(retries: int, backoff: float) -> None:
     with pytest.raises(InputError):
         push(FakeDocker(), retries=retries, backoff=backoff)
+
+
+@pytest.mark.parametrize("text", ["x", "", "-1", "11", "1e3", " 3", "\u0663", "99999999999999999999"])
+def test_retries_flag_that_is_not_a_small_whole_number_is_an_input_error(text: str) -> None:
+    with pytest.raises(InputError) as caught:
+        retries_from_flag(text)
+    assert str(caught.value) == f"error: --retries: is {text!r} (allowed: a whole number from 0 to 10)"
+
+
+def test_retries_flag_reads_ascii_digits() -> None:
+    assert [retries_from_flag(text) for text in ("0", "3", "10")] == [0, 3, 10]
+
+
+# --- immutable tags: never replaced in a registry unless asked -------------------------------------------------
+
+
+def test_another_image_under_an_immutable_tag_is_refused_naming_both() -> None:
+    docker = FakeDocker()
+    docker.remote_tags[REMOTE] = OTHER_ID  # pushed earlier from another build
+    error, _ = push_failing(docker)
+    (result,) = error.results
+    assert result.error == (
+        f"{REMOTE} is an immutable tag and {REG} already has another image under it: the registry serves "
+        f"manifest {digest_of(OTHER_ID)} (image {OTHER_ID}), {REF} is image {LOCAL_ID}; nothing was pushed. "
+        "Release it under a new tag, or give --force-overwrite to replace the registry's image"
+    )
+    assert docker.remote_tags[REMOTE] == OTHER_ID
+    assert not any(call[1] in ("tag", "push", "rmi") for call in docker.calls)
+    assert ["docker", "manifest", "inspect", "-v", "--insecure", REMOTE] in docker.calls  # 127.0.0.0/8: plain HTTP
+
+
+def test_the_same_image_under_an_immutable_tag_is_pushed_again() -> None:
+    docker = FakeDocker()
+    docker.remote_tags[REMOTE] = LOCAL_ID
+    (result,), _ = push(docker)
+    assert result.ok and result.digest == digest_of(LOCAL_ID)
+
+
+@pytest.mark.parametrize("options", [{"moving": {REF}}, {"force_overwrite": True}], ids=["moving-tag", "forced"])
+def test_a_moving_tag_or_force_overwrite_replaces_the_registrys_image(options: dict[str, Any]) -> None:
+    docker = FakeDocker()
+    docker.remote_tags[REMOTE] = OTHER_ID
+    (result,), _ = push(docker, **options)
+    assert result.ok and docker.remote_tags[REMOTE] == LOCAL_ID
+    assert not any(call[1] == "manifest" for call in docker.calls)
+
+
+def test_a_registry_that_refuses_to_show_the_tag_is_not_pushed_to() -> None:
+    docker = FakeDocker()
+    docker.manifest_replies = [(1, "", 'Get "http://127.0.0.1:5000/v2/lab/x/manifests/v1": no basic auth credentials')]
+    error, sleeps = push_failing(docker)
+    assert error.results[0].error == (
+        f"{REG} refused the credentials for {REF}: run `docker login {REG}` (or check --registry)"
+    )
+    assert sleeps == [] and not any(call[1] in ("tag", "push") for call in docker.calls)
+
+
+def test_an_unreadable_answer_about_the_tag_refuses_the_push() -> None:
+    docker = FakeDocker()
+    docker.manifest_replies = [(0, "not json", "")]
+    error, _ = push_failing(docker)
+    assert "cannot read what 127.0.0.1:5000 serves under the immutable tag v1.0" in str(error)
+    assert "--force-overwrite pushes without looking" in str(error)
+
+
+def test_parse_remote_tag() -> None:
+    assert parse_remote_tag(manifest_inspect(REMOTE, OTHER_ID)) == RemoteTag(digest_of(OTHER_ID), OTHER_ID)
+    index = json.dumps([json.loads(manifest_inspect(REMOTE, OTHER_ID))] * 2)
+    assert parse_remote_tag(index) == RemoteTag(None, None, 2)
+    assert RemoteTag(None, None, 2).describe() == "a multi-platform index of 2 images"
+    forged = json.loads(manifest_inspect(REMOTE, OTHER_ID))
+    forged["Descriptor"]["digest"] = digest_of(LOCAL_ID)  # does not hash the bytes shown
+    assert parse_remote_tag(json.dumps(forged)) is None
+    assert parse_remote_tag("") is None and parse_remote_tag("{}") is None
+
+
+@pytest.mark.parametrize(
+    ("registry", "insecure"),
+    [
+        ("127.0.0.1:5000", True),
+        ("localhost:5000", True),
+        ("10.1.2.3:5000", True),  # in the configured CIDR
+        ("10.9.9.9:5000/team", False),
+        ("registry.lan:5000", True),  # listed by name
+        ("registry.example.com", False),
+        ("[::1]:5000", False),  # dockerd's default CIDR is IPv4 only
+    ],
+)
+def test_manifest_reads_skip_tls_only_where_dockerd_does(registry: str, insecure: bool) -> None:
+    config = {
+        "InsecureRegistryCIDRs": ["127.0.0.0/8", "10.1.0.0/16", "not-a-cidr"],
+        "IndexConfigs": {"registry.lan:5000": {"Secure": False}, "docker.io": {"Secure": True}},
+    }
+    assert daemon_treats_as_insecure(registry, config) is insecure
+
+
+# --- SIGINT and SIGTERM during a push --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_signal_escapes() -> Iterator[None]:
+    """Should push_image install no handlers of its own, a signal fails the test instead of stopping pytest."""
+
+    def fail(signum: int, _frame: object) -> None:
+        raise RuntimeError(f"{signal.Signals(signum).name} reached the test: push_image did not handle it")
+
+    previous = {number: signal.signal(number, fail) for number in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for number, handler in previous.items():
+        signal.signal(number, handler)
+
+
+def signal_during(docker: FakeDocker, verbs: dict[str, signal.Signals]) -> Callable[..., Any]:
+    """A docker that receives a signal (sent to this very process) while it runs the given verbs."""
+
+    def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        sent = verbs.pop(argv[1], None)
+        if sent is not None:
+            os.kill(os.getpid(), sent)
+        return docker(argv, **kwargs)
+
+    return run
+
+
+@pytest.mark.usefixtures("no_signal_escapes")
+@pytest.mark.parametrize(("sent", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_the_push_removes_the_temporary_tag_and_says_so(sent: signal.Signals, code: int) -> None:
+    docker = FakeDocker()
+    with pytest.raises(PushInterrupted) as caught:
+        push_image([REF], [REG], runner=Runner(signal_during(docker, {"push": sent})), sleep=lambda _: None)
+    assert (caught.value.signal_name, caught.value.exit_code) == (sent.name, code)
+    assert str(caught.value) == (
+        f"interrupted by {sent.name} while pushing {REF} to {REG}: the temporary tag {REMOTE} was removed, and "
+        f"nothing else local was changed; {REG} has {REMOTE} only if its upload had finished.\n"
+        "0 pushes were finished and verified before that."
+    )
+    assert docker.tags == {REF: LOCAL_ID}
+    assert signal.getsignal(sent) is not signal.SIG_DFL  # the handler from before is back
+
+
+@pytest.mark.usefixtures("no_signal_escapes")
+def test_a_second_signal_does_not_cut_the_cleanup_short() -> None:
+    docker = FakeDocker({REF: LOCAL_ID, "lab/x:v1": LOCAL_ID})
+    verbs = {"push": signal.SIGTERM, "rmi": signal.SIGINT}
+    with pytest.raises(PushInterrupted) as caught:
+        push_image([REF, "lab/x:v1"], [REG], runner=Runner(signal_during(docker, verbs)), sleep=lambda _: None)
+    assert caught.value.signal_name == "SIGTERM" and docker.tags == {REF: LOCAL_ID, "lab/x:v1": LOCAL_ID}
+    assert not any(call[1] in ("tag", "push") and "lab/x" in call[-1] for call in docker.calls)  # nor begun
+
+
+@pytest.mark.usefixtures("no_signal_escapes")
+def test_a_signal_while_untagging_after_a_push_lets_the_untag_finish_then_stops() -> None:
+    docker = FakeDocker({REF: LOCAL_ID, "lab/x:v1": LOCAL_ID})
+    with pytest.raises(PushInterrupted) as caught:
+        push_image([REF, "lab/x:v1"], [REG], runner=Runner(signal_during(docker, {"rmi": signal.SIGTERM})), sleep=print)
+    assert str(caught.value) == (
+        "interrupted by SIGTERM: no temporary tag is left and nothing local was changed.\n"
+        "1 push was finished and verified before that."
+    )
+    assert [result.ok for result in caught.value.results] == [True]
+    assert docker.tags == {REF: LOCAL_ID, "lab/x:v1": LOCAL_ID}

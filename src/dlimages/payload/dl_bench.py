@@ -19,6 +19,8 @@ import argparse
 import gc
 import json
 import math
+import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -67,6 +69,11 @@ MODES = {
 }
 DEFAULT_MODES = ("fp32", "tf32", "amp_fp16", "amp_fp16_cl", "bf16_cl")
 DEFAULT_BATCH_SIZE = 128
+# Upper bounds on the numbers a person types: far above any real run (a batch of 65536 images needs terabytes),
+# low enough that a typo, or 10**30, is a usage error at once instead of an hour-long run or an overflow.
+MAX_BATCH_SIZE = 65536
+MAX_STEPS = 100000
+_DIGITS = re.compile("[0-9]+")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,14 +96,40 @@ def parse_modes(text: str | None, with_compile: bool) -> list[str]:
     return seen
 
 
-def _positive_int(text: str, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise dl_stack.UsageError(f"{what} must be a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise dl_stack.UsageError(f"{what} must be a positive integer, got {text!r}")
+def _positive_int(text: str, what: str, most: int = MAX_BATCH_SIZE) -> int:
+    # ASCII digits only: int() also takes other scripts' digits ('\u0661\u0662\u0668'), '1_000' and spaces.
+    value = int(text) if _DIGITS.fullmatch(text) and len(text) <= 24 else 0
+    if not 1 <= value <= most:
+        raise dl_stack.UsageError(f"{what} must be a positive integer up to {most}, got {text[:40]!r}")
     return value
+
+
+def whole_number(text: str) -> int:
+    """argparse type for --warmup and --iters: ASCII digits (bounds are checked with the other flags)."""
+    if not _DIGITS.fullmatch(text) or len(text) > 24:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number")
+    return int(text)
+
+
+def check_steps(warmup: int, iters: int) -> None:
+    for flag, value in (("--warmup", warmup), ("--iters", iters)):
+        if not 1 <= value <= MAX_STEPS:
+            shown = str(value) if len(str(value)) <= 24 else str(value)[:21] + "..."
+            raise dl_stack.UsageError(f"{flag} must be from 1 to {MAX_STEPS}, got {shown}")
+
+
+def check_writable(path: str) -> None:
+    """Refuse an --out the report could not be written to, before the benchmark runs rather than after it."""
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as error:
+        raise dl_stack.UsageError(f"--out {path}: cannot write there ({error.strerror or error})") from None
+    except ValueError as error:  # a NUL in the name
+        raise dl_stack.UsageError(f"--out {path!r}: {error}") from None
+    if not existed:
+        os.remove(path)
 
 
 def parse_batch_sizes(values: Sequence[str] | None, modes: Sequence[str]) -> dict[str, int]:
@@ -440,29 +473,40 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated modes from {', '.join(MODES)} (default {','.join(DEFAULT_MODES)})",
     )
     parser.add_argument("--compile", action="store_true", help="also run the compile mode (torch.compile)")
-    parser.add_argument("--warmup", type=int, default=10, help="untimed steps per mode (default 10)")
-    parser.add_argument("--iters", type=int, default=50, help="timed steps per mode (default 50)")
+    parser.add_argument(
+        "--warmup", type=whole_number, default=10, help=f"untimed steps per mode (default 10, at most {MAX_STEPS})"
+    )
+    parser.add_argument(
+        "--iters", type=whole_number, default=50, help=f"timed steps per mode (default 50, at most {MAX_STEPS})"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--out", metavar="FILE", help="also write the JSON report to FILE")
     return parser
 
 
-def emit(report: dict[str, Any], args: argparse.Namespace) -> None:
+def emit(report: dict[str, Any], args: argparse.Namespace) -> bool:
+    """Print the report and write it to --out; False (with a message) when --out could not be written."""
     text = json.dumps(report, indent=2)
-    if args.out:
-        with open(args.out, "w") as handle:
-            handle.write(text + "\n")
     print(text if args.json else render_table(report))
+    if args.out:
+        try:
+            with open(args.out, "w") as handle:
+                handle.write(text + "\n")
+        except OSError as error:
+            sys.stderr.write(f"dl-bench: error: --out {args.out}: cannot write there ({error.strerror or error})\n")
+            return False
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.warmup < 1 or args.iters < 1:
-            raise dl_stack.UsageError("--warmup and --iters must be at least 1")
+        check_steps(args.warmup, args.iters)
         modes = parse_modes(args.modes, args.compile)
         batch_sizes = parse_batch_sizes(args.batch_size, modes)
+        if args.out is not None:
+            check_writable(args.out)
         try:
             import torch
         except Exception as error:  # a broken install raises OSError etc., not only ImportError
@@ -485,8 +529,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if not torch.cuda.is_available():
         sys.stderr.write("dl-bench: no GPU visible to torch; skipped (exit 77)\n")
-        if args.json or args.out:
-            emit(report, args)
+        if (args.json or args.out) and not emit(report, args):
+            return dl_stack.EXIT_USAGE
         return dl_stack.EXIT_SKIPPED
 
     # cuDNN autotuning picks the fastest convolution per shape; the shapes never change here.
@@ -500,7 +544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_memory_savings(results)
     report["modes"] = results
     report["status"], report["exit_code"] = decide_outcome(results)
-    emit(report, args)
+    if not emit(report, args):
+        return dl_stack.EXIT_USAGE
     return int(report["exit_code"])
 
 

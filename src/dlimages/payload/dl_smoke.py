@@ -18,6 +18,7 @@ import functools
 import glob
 import json
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -86,6 +87,9 @@ TRAIN_HIDDEN = 256
 TRAIN_CLASSES = 8
 TRAIN_LR = 1e-2
 TRAIN_SEED = 0
+# A smoke test takes seconds; far more steps than this is a typo (or 10**30), a usage error rather than a long run.
+MAX_STEPS = 10000
+_DIGITS = re.compile("[0-9]+")
 
 
 class Check(NamedTuple):
@@ -744,6 +748,13 @@ PROBES: dict[str, Callable[[ModuleType, Expectations, int, str | None], Probe]] 
 # ---------------------------------------------------------------------------------------------
 
 
+def whole_number(text: str) -> int:
+    """argparse type for --steps: ASCII digits only (int() also takes other scripts' digits, '1_000', spaces)."""
+    if not _DIGITS.fullmatch(text) or len(text) > 24:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dl-smoke",
@@ -757,7 +768,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="framework to test (default: the cell's, else whichever imports, PyTorch first)",
     )
-    parser.add_argument("--steps", type=int, default=20, help="training steps (default 20, at least 6)")
+    parser.add_argument(
+        "--steps", type=whole_number, default=20, help=f"training steps (default 20, at least 6, at most {MAX_STEPS})"
+    )
     parser.add_argument("--expect-cuda", metavar="X.Y", help="CUDA version the build must have")
     parser.add_argument("--expect-cudnn", metavar="VER", help="cuDNN version, compared by major.minor")
     parser.add_argument(
@@ -799,9 +812,30 @@ def import_framework(name: str) -> tuple[ModuleType | None, str]:
     return module, ""
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def check_flags(args: argparse.Namespace) -> None:
+    """Usage errors are exit 2 before anything runs: never a failed check (1) or, without a GPU, a skip (77)."""
     if args.steps < 6:
         raise dl_stack.UsageError("--steps must be at least 6 (the loss check compares 3 vs 3 steps)")
+    if args.steps > MAX_STEPS:
+        shown = str(args.steps) if len(str(args.steps)) <= 24 else str(args.steps)[:21] + "..."
+        raise dl_stack.UsageError(f"--steps must be at most {MAX_STEPS}, got {shown}")
+    for flag, value in (
+        ("--expect-cuda", args.expect_cuda),
+        ("--expect-cudnn", args.expect_cudnn),
+        ("--expect-framework-version", args.expect_framework_version),
+    ):
+        if value is not None and not (
+            value.isascii()
+            and value.isprintable()
+            and value[:1].isdigit()
+            and " " not in value
+            and dl_stack.parse_version(value)
+        ):
+            raise dl_stack.UsageError(f"{flag} {value!r} is not a version (e.g. 12.1 or 2.1.2)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    check_flags(args)
     exp = resolve_expectations(load_cell(args.cell_file), args)
     candidates = choose_framework(args.framework, exp.framework)
     failures = []

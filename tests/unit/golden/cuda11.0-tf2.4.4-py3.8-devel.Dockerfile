@@ -15,12 +15,19 @@ ENV LANG=C.UTF-8 \
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 # Mirror profile, chosen at build time (`invoke build --mirror tuna`): empty values keep upstream defaults.
+# The mirrors reach the shell only as quoted printf arguments, never as shell or sed text.
 ARG MIRROR_PROFILE=none
 ARG APT_MIRROR=
 ARG APT_SECURITY_MIRROR=
 ARG PIP_INDEX_URL=
+# Ubuntu's archive and security pockets, every component, all from the mirror (as the official image lists them).
 RUN if [ -n "${APT_MIRROR}" ]; then \
-        sed -i -E "s#https?://(archive|security)\.ubuntu\.com/ubuntu/?#${APT_MIRROR%/}#g" /etc/apt/sources.list; \
+        printf 'deb %s %s main restricted universe multiverse\n' \
+            "${APT_MIRROR%/}" "focal" \
+            "${APT_MIRROR%/}" "focal-updates" \
+            "${APT_MIRROR%/}" "focal-backports" \
+            "${APT_MIRROR%/}" "focal-security" \
+            > /etc/apt/sources.list; \
     fi \
  && if [ -n "${PIP_INDEX_URL}" ]; then \
         printf '[global]\nindex-url = %s\n' "${PIP_INDEX_URL}" > /etc/pip.conf; \

@@ -17,12 +17,19 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     NVIDIA_REQUIRE_CUDA="cuda>=11.8"
 # Mirror profile, chosen at build time (`invoke build --mirror tuna`): empty values keep upstream defaults.
+# The mirrors reach the shell only as quoted printf arguments, never as shell or sed text.
 ARG MIRROR_PROFILE=none
 ARG APT_MIRROR=
 ARG APT_SECURITY_MIRROR=
 ARG PIP_INDEX_URL=
+# Ubuntu's archive and security pockets, every component, all from the mirror (as the official image lists them).
 RUN if [ -n "${APT_MIRROR}" ]; then \
-        sed -i -E "s#https?://(archive|security)\.ubuntu\.com/ubuntu/?#${APT_MIRROR%/}#g" /etc/apt/sources.list; \
+        printf 'deb %s %s main restricted universe multiverse\n' \
+            "${APT_MIRROR%/}" "jammy" \
+            "${APT_MIRROR%/}" "jammy-updates" \
+            "${APT_MIRROR%/}" "jammy-backports" \
+            "${APT_MIRROR%/}" "jammy-security" \
+            > /etc/apt/sources.list; \
     fi \
  && if [ -n "${PIP_INDEX_URL}" ]; then \
         printf '[global]\nindex-url = %s\n' "${PIP_INDEX_URL}" > /etc/pip.conf; \

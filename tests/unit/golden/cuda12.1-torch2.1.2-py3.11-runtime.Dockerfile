@@ -18,12 +18,19 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     NVIDIA_REQUIRE_CUDA="cuda>=12.1"
 # Mirror profile, chosen at build time (`invoke build --mirror tuna`): empty values keep upstream defaults.
+# The mirrors reach the shell only as quoted printf arguments, never as shell or sed text.
 ARG MIRROR_PROFILE=none
 ARG APT_MIRROR=
 ARG APT_SECURITY_MIRROR=
 ARG PIP_INDEX_URL=
+# Debian's main and security archives from the mirror, in the deb822 format of the official image.
 RUN if [ -n "${APT_MIRROR}" ]; then \
-        sed -i -E "s#^URIs: .*/debian-security/?\$#URIs: ${APT_SECURITY_MIRROR%/}#; s#^URIs: .*/debian/?\$#URIs: ${APT_MIRROR%/}#" /etc/apt/sources.list.d/debian.sources; \
+        security="${APT_SECURITY_MIRROR:-${APT_MIRROR%/}-security}" \
+     && keyring=/usr/share/keyrings/debian-archive-keyring.gpg \
+     && printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n\n' \
+            "${APT_MIRROR%/}" "bookworm bookworm-updates" "${keyring}" \
+            "${security%/}" "bookworm-security" "${keyring}" \
+            > /etc/apt/sources.list.d/debian.sources; \
     fi \
  && if [ -n "${PIP_INDEX_URL}" ]; then \
         printf '[global]\nindex-url = %s\n' "${PIP_INDEX_URL}" > /etc/pip.conf; \
