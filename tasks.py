@@ -30,7 +30,7 @@ from dlimages.errors import InputError, Problem
 from dlimages.ledger import LEDGER_FILE, Ledger
 from dlimages.project import Project, find_root
 from dlimages.push import MAX_RETRIES, PushError, PushInterrupted, push_image, retries_from_flag
-from dlimages.report import build_report, image_manifest, write_report
+from dlimages.report import build_report, image_manifest, report_target, write_report
 from dlimages.runner import DEFAULT as RUNNER
 from dlimages.selection import Selection, select
 from dlimages.tables import cells_table, exclusions_text
@@ -206,10 +206,7 @@ def push(
     ledger = Ledger(_project().root)
     if not registry:
         raise InputError([Problem("--registry", "give at least one registry", "HOST[:PORT], e.g. 127.0.0.1:5000")])
-    attempts = retries_from_flag(retries)
-    report_path = ledger.root / report
-    if not report or report_path.is_dir():
-        raise InputError([Problem("--report", f"{report!r} is not a file name", "a JSON file to write")])
+    attempts, report_path = retries_from_flag(retries), report_target(ledger.root, report)
     refs = image or ledger.built_refs(every_tag=True)
     if not refs:
         raise InputError([Problem("--image", "no image given and no successful `invoke build` recorded")])

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dlimages.errors import InputError, Problem
 from dlimages.files import write_atomic
 from dlimages.push import INSPECT_TIMEOUT_S, PushError, PushResult
 from dlimages.runner import DEFAULT, Runner
@@ -82,3 +83,11 @@ def _checked(runner: Runner, argv: list[str], image_ref: str, what: str) -> str:
 def write_report(path: Path, entries: object) -> None:
     """Write `entries` as JSON with sorted keys, atomically: readers see the old report or the new one, never half."""
     write_atomic(path, json.dumps(entries, sort_keys=True, indent=2) + "\n")
+
+
+def report_target(root: Path, report: str) -> Path:
+    """Where --report writes, checked before anything is pushed; InputError for an empty name or a folder."""
+    path = root / report
+    if not report or path.is_dir():
+        raise InputError([Problem("--report", f"{report!r} is not a file name", "a JSON file to write")])
+    return path
