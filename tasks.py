@@ -25,7 +25,7 @@ from dlimages import doctor as node_doctor
 from dlimages import inimage
 from dlimages.base import make_base_argv, missing_bases
 from dlimages.builder import all_built, run_builds, summary_table
-from dlimages.buildplan import Secrets, plan_builds
+from dlimages.buildplan import Secrets, plan_builds, source_revision
 from dlimages.errors import InputError, Problem
 from dlimages.ledger import LEDGER_FILE, Ledger
 from dlimages.project import Project, find_root
@@ -132,7 +132,8 @@ def build(
     project = _project()
     cells = select(project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor))
     secrets = Secrets.from_flags(ca_bundle, netrc)
-    plans = plan_builds(project.matrix, cells, mirror, secrets, Path(tempfile.gettempdir()) / "dlimages")
+    revision = source_revision(project.root, RUNNER)
+    plans = plan_builds(project.matrix, cells, mirror, secrets, Path(tempfile.gettempdir()) / "dlimages", revision)
     if dry_run:
         print("\n\n".join(plan.describe() for plan in plans))
         return

@@ -13,8 +13,10 @@ from dlimages.cells import Cell
 from dlimages.errors import InputError, Problem
 from dlimages.mirrors import MirrorArgs, resolve
 from dlimages.render import IMAGES_DIR
+from dlimages.runner import Runner
 from dlimages.spec import Matrix
 
+UNKNOWN_REVISION = "unknown"  # what the label says when the source commit cannot be told
 CA_BUNDLE_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
 CA_BUNDLE_ALLOWED = "a PEM bundle of CA certificates ('-----BEGIN CERTIFICATE-----' blocks)"
@@ -117,7 +119,7 @@ def plan_build(
     *,
     base_image: str | None = None,
     iidfile: Path,
-    revision: str = "unknown",
+    revision: str = UNKNOWN_REVISION,
     progress: str = "plain",
 ) -> BuildPlan:
     """Build without tags into an image ID; tags are applied only once the build has succeeded."""
@@ -131,10 +133,32 @@ def plan_build(
 
 
 def plan_builds(
-    matrix: Matrix, cells: Sequence[Cell], profile: str, secrets: Secrets, workdir: Path
+    matrix: Matrix,
+    cells: Sequence[Cell],
+    profile: str,
+    secrets: Secrets,
+    workdir: Path,
+    revision: str = UNKNOWN_REVISION,
 ) -> list[BuildPlan]:
-    """One plan per cell with the mirror profile resolved for it; each build writes its image ID under workdir."""
+    """One plan per cell with the mirror profile resolved for it; each build writes its image ID under workdir and
+    labels the image with the source `revision` (see `source_revision`)."""
     return [
-        plan_build(cell, resolve(matrix, profile, cell), secrets, iidfile=workdir / f"{cell.slug}.iid")
+        plan_build(
+            cell, resolve(matrix, profile, cell), secrets, iidfile=workdir / f"{cell.slug}.iid", revision=revision
+        )
         for cell in cells
     ]
+
+
+def source_revision(root: Path, runner: Runner) -> str:
+    """The commit the build comes from, for org.opencontainers.image.revision: the full hash, with "-dirty" when the
+    tree has changes git does not ignore (such an image cannot be rebuilt from the commit alone); "unknown" outside
+    a git checkout or without git."""
+    head = runner(["git", "-C", str(root), "rev-parse", "--verify", "HEAD"])
+    commit = head.out.strip()
+    if not head.ok or not re.fullmatch(r"[0-9a-f]{40}", commit):
+        return UNKNOWN_REVISION
+    status = runner(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=normal"])
+    if not status.ok:
+        return UNKNOWN_REVISION
+    return f"{commit}-dirty" if status.out.strip() else commit

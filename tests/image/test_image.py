@@ -72,6 +72,12 @@ def os_family(cell: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def test_image_names_the_commit_it_was_built_from(image: Image) -> None:
+    # `invoke build` passes the checkout's commit (with -dirty for uncommitted changes); "unknown" means it did not.
+    revision = image.label("revision", prefix="org.opencontainers.image.")
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", revision), f"org.opencontainers.image.revision is {revision!r}"
+
+
 def test_labels_agree_with_cell_file(image: Image, cell: dict[str, Any]) -> None:
     pairs = {
         "framework": "framework",

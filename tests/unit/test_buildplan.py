@@ -6,12 +6,14 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from dlimages.buildplan import BuildPlan, Secrets, plan_build
-from dlimages.cells import Cell
+from dlimages.buildplan import BuildPlan, Secrets, plan_build, plan_builds, source_revision
+from dlimages.cells import Cell, Expansion
 from dlimages.mirrors import resolve
+from dlimages.runner import DEFAULT, Runner
 from dlimages.spec import Matrix
 
 CellLookup = Callable[[str, str], Cell]
@@ -110,3 +112,34 @@ def test_tag_commands_cover_every_ref(plan: BuildPlan) -> None:
         ["docker", "tag", "sha256:1234", "test/pytorch-dev:v0.9-cuda11.8-torch2.1.2-py3.10-runtime"],
         ["docker", "tag", "sha256:1234", "test/pytorch-dev:v0.9"],
     ]
+
+
+def git(root: Path, *args: str) -> None:
+    done = DEFAULT(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.org", *args])
+    assert done.ok, done.err
+
+
+def test_the_source_revision_is_the_commit_and_says_when_the_tree_is_dirty(tmp_path: Path) -> None:
+    assert source_revision(tmp_path, DEFAULT) == "unknown"  # not a git checkout
+    git(tmp_path, "init", "-q")
+    assert source_revision(tmp_path, DEFAULT) == "unknown"  # no commit yet
+    (tmp_path / "matrix.yaml").write_text("a: 1\n")
+    git(tmp_path, "add", "matrix.yaml")
+    git(tmp_path, "commit", "-q", "-m", "first")
+    head = DEFAULT(["git", "-C", str(tmp_path), "rev-parse", "HEAD"]).out.strip()
+    assert source_revision(tmp_path, DEFAULT) == head
+    (tmp_path / "matrix.yaml").write_text("a: 2\n")
+    assert source_revision(tmp_path, DEFAULT) == f"{head}-dirty"
+
+
+def test_without_git_the_revision_is_unknown(tmp_path: Path) -> None:
+    def no_git(argv: list[str], **_: Any) -> Any:
+        raise FileNotFoundError(argv[0])
+
+    assert source_revision(tmp_path, Runner(no_git)) == "unknown"
+
+
+def test_every_plan_labels_the_image_with_the_revision(matrix: Matrix, expansion: Expansion, tmp_path: Path) -> None:
+    revision = "0" * 40
+    plans = plan_builds(matrix, expansion.cells[:2], "none", Secrets(), tmp_path, revision)
+    assert all(f"REVISION={revision}" in plan.build for plan in plans)
