@@ -23,9 +23,11 @@ from invoke.exceptions import Exit
 from dlimages import ci as ci_plan
 from dlimages import doctor as node_doctor
 from dlimages import inimage
+from dlimages import lock as lock_files
+from dlimages import repro as reproducibility
 from dlimages.base import make_base_argv, missing_bases
 from dlimages.builder import all_built, run_builds, summary_table
-from dlimages.buildplan import Secrets, plan_builds, source_revision
+from dlimages.buildplan import Secrets, plan_builds, source_date_epoch, source_revision
 from dlimages.errors import InputError, Problem
 from dlimages.ledger import LEDGER_FILE, Ledger
 from dlimages.project import Project, find_root
@@ -133,7 +135,9 @@ def build(
     cells = select(project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor))
     secrets = Secrets.from_flags(ca_bundle, netrc)
     revision = source_revision(project.root, RUNNER)
-    plans = plan_builds(project.matrix, cells, mirror, secrets, Path(tempfile.gettempdir()) / "dlimages", revision)
+    epochs = {cell.slug: source_date_epoch(project.root, cell, RUNNER) for cell in cells}
+    workdir = Path(tempfile.gettempdir()) / "dlimages"
+    plans = plan_builds(project.matrix, cells, mirror, secrets, workdir, revision, epochs)
     if dry_run:
         print("\n\n".join(plan.describe() for plan in plans))
         return
@@ -157,13 +161,108 @@ def build(
 
 @task(
     help={
+        **SELECT_HELP,
+        "against": "compare one cold build with this local image (e.g. the one `invoke build` made) instead of two",
+        "dockerfile": "check any Dockerfile instead of a cell (built with the cells' reproducibility settings)",
+        "context": "the build context for --dockerfile (default: the Dockerfile's folder)",
+        "mirror": "mirror profile for the cell's build (as `invoke build --mirror`)",
+        "ca_bundle": "extra CA bundle for pip inside the build (a BuildKit secret); default: this host's bundle",
+    }
+)
+@reports_input_errors
+def repro(
+    c: Context,
+    cuda: str | None = None,
+    torch: str | None = None,
+    tf: str | None = None,
+    python: str | None = None,
+    flavor: str | None = None,
+    against: str | None = None,
+    dockerfile: str | None = None,
+    context: str | None = None,
+    mirror: str = "none",
+    ca_bundle: str | None = None,
+) -> None:
+    """Prove a build reproducible: build it cold twice (or once --against an image) and name every difference."""
+    project = _project()
+    problem = RUNNER.engine_problem()
+    if problem:
+        raise Exit(f"error: cannot build: {problem}", code=1)
+    workdir = Path(tempfile.gettempdir()) / "dlimages"
+    if dockerfile is not None:
+        name, dirty = dockerfile, False
+        builds = [(name, reproducibility.dockerfile_build(*reproducibility.dockerfile_flags(dockerfile, context)))]
+    else:
+        cells = select(project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor))
+        revision = source_revision(project.root, RUNNER)
+        epochs = {cell.slug: source_date_epoch(project.root, cell, RUNNER) for cell in cells}
+        secrets = Secrets.from_flags(ca_bundle, None)
+        plans = plan_builds(project.matrix, cells, mirror, secrets, workdir, revision, epochs)
+        for image in missing_bases(cells, RUNNER):
+            print(f"{image} is missing: making it with `invoke base`")
+            base(c)
+        builds, dirty = [(plan.cell.slug, plan.build) for plan in plans], revision.endswith("-dirty")
+    outcomes = [
+        reproducibility.reproduce(name, argv, project.root, RUNNER, workdir, against=against, dirty=dirty)
+        for name, argv in builds
+    ]
+    print("\n" + "\n".join(outcome.report() for outcome in outcomes))
+    if not all(outcome.reproducible for outcome in outcomes):
+        raise Exit(code=1)
+
+
+@task(
+    iterable=["upgrade_package"],
+    help={
+        **SELECT_HELP,
+        "python": "Python version, e.g. 3.10 (default: every Python)",
+        "flavor": "runtime or devel (default: both)",
+        "check": "resolve nothing; fail if a lock is stale or broken, or a PyPI-only cell has none",
+        "upgrade_package": "let this package move to its newest allowed version (repeatable); others keep their pins",
+        "timeout": f"seconds one cell may take to resolve (default {lock_files.RESOLVE_TIMEOUT_S:g})",
+    },
+)
+@reports_input_errors
+def lock(
+    c: Context,
+    cuda: str | None = None,
+    torch: str | None = None,
+    tf: str | None = None,
+    python: str | None = None,
+    flavor: str | None = None,
+    check: bool = False,
+    upgrade_package: list[str] | None = None,
+    timeout: str = str(lock_files.RESOLVE_TIMEOUT_S),
+) -> None:
+    """Resolve each selected cell's complete package set with hashes (uv) into images/<framework>/<cell>/*.lock."""
+    project = _project()
+    want = Selection.from_flags(cuda, torch, tf, python, flavor)
+    cells = select(project.matrix, project.expansion, want, defaults=False)
+    pip = project.matrix.packages.pip
+    if check:
+        problems = lock_files.lock_problems(project.root, project.expansion.cells, pip)
+        if problems:
+            raise Exit(InputError(problems, heading="Locks do not match matrix.yaml:").report(), code=1)
+        print(lock_files.summary(project.root, project.expansion.cells, pip))
+        return
+    results = lock_files.lock_cells(
+        project.root, cells, pip, RUNNER, upgrade=upgrade_package or [], timeout=lock_files.timeout_from_flag(timeout)
+    )
+    changed, _ = project.write_rendered()
+    print(f"{sum(r.ok for r in results)} of {len(results)} cells locked; render: {len(changed)} files changed.")
+    if not all(r.ok for r in results):
+        raise Exit(code=1)
+
+
+@task(
+    help={
         "mirror": "Debian mirror URL to bootstrap from (default: read from this host's apt sources)",
-        "check": "build the tarball twice and fail unless both are byte-identical",
+        "check": "build the tarball twice and fail unless both, and the image IDs, are identical",
     }
 )
 @reports_input_errors
 def base(c: Context, mirror: str | None = None, check: bool = False) -> None:
-    """Make the offline Debian 12 base image (mmdebstrap from an apt mirror, then docker import)."""
+    """Make the offline Debian 12 base image (mmdebstrap, then `docker load` with a fixed config: same ID each time)."""
     code = RUNNER.stream(make_base_argv(_project().root, mirror, check=check), _print_line)
     if code:
         raise Exit(f"error: scripts/make-base.sh exited {code}", code=1)

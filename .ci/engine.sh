@@ -9,8 +9,12 @@
 #        DOCKERD_DATA_ROOT (default /var/lib/docker)
 #
 # Package sources are never written here: the Debian mirror is read from the host's
-# apt configuration at run time, and docker-buildx alone is taken from Debian 13 (trixie)
-# on that same mirror, through an apt preferences pin.
+# apt configuration at run time. The engine (docker.io, docker-cli) and docker-buildx are taken
+# from Debian 13 (trixie) on that same mirror, through an apt preferences pin, at the exact
+# versions below: Debian 12's docker.io 20.10 carries BuildKit 0.8, which has no SOURCE_DATE_EPOCH
+# (every cold build would give another image ID). 26.1.5 carries BuildKit 0.13.2; with the classic
+# overlay2 image store it stamps history and `created` with SOURCE_DATE_EPOCH, and the generated
+# Dockerfiles fix every file time themselves (templates/assets/dl-normalize).
 set -euo pipefail
 
 readonly DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
@@ -20,7 +24,11 @@ readonly DOCKERD_PIDFILE=/var/run/docker.pid
 readonly TRIXIE_SOURCES=/etc/apt/sources.list.d/dlimages-trixie.sources
 readonly TRIXIE_PIN=/etc/apt/preferences.d/dlimages-trixie
 # bookworm ships no buildx; trixie's is a static Go binary that depends on libc6 only.
-readonly PACKAGES=(docker.io containerd runc iptables tini skopeo mmdebstrap docker-registry apache2-utils openssl)
+readonly PACKAGES=(containerd runc iptables tini skopeo mmdebstrap docker-registry apache2-utils openssl)
+readonly DOCKER_VERSION=26.1.5+dfsg1-9+deb13u1+b1
+readonly ENGINE_PACKAGES=("docker.io=$DOCKER_VERSION" "docker-cli=$DOCKER_VERSION" docker-buildx)
+# The oldest engine whose BuildKit honours SOURCE_DATE_EPOCH (BuildKit 0.11 came with Docker 23.0).
+readonly MIN_ENGINE_MAJOR=23
 
 log() { printf 'engine.sh: %s\n' "$*"; }
 die() { printf 'engine.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -42,9 +50,9 @@ install_packages() {
         trap 'rm -f /usr/sbin/policy-rc.d' EXIT
     fi
 
-    log "adding trixie source for docker-buildx only: $TRIXIE_SOURCES, pin: $TRIXIE_PIN"
+    log "adding trixie source for the engine and buildx only: $TRIXIE_SOURCES, pin: $TRIXIE_PIN"
     cat >"$TRIXIE_SOURCES" <<EOF
-# Written by .ci/engine.sh: Debian 13 on the host's own mirror, for docker-buildx only.
+# Written by .ci/engine.sh: Debian 13 on the host's own mirror, for the engine and buildx only.
 Types: deb
 URIs: $mirror
 Suites: trixie
@@ -57,16 +65,16 @@ Package: *
 Pin: release n=trixie
 Pin-Priority: 1
 
-Package: docker-buildx
+Package: docker-buildx docker.io docker-cli
 Pin: release n=trixie
 Pin-Priority: 990
 EOF
 
     log "apt-get update"
     apt-get update -qq || die "apt-get update failed"
-    log "installing: ${PACKAGES[*]} docker-buildx"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        "${PACKAGES[@]}" docker-buildx >/dev/null \
+    log "installing: ${PACKAGES[*]} ${ENGINE_PACKAGES[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --allow-downgrades \
+        "${PACKAGES[@]}" "${ENGINE_PACKAGES[@]}" >/dev/null \
         || die "apt-get install failed (see output above)"
     local origin
     origin="$(apt-cache policy docker-buildx | awk '/\*\*\*/ {getline; print $2, $3}')"
@@ -118,12 +126,28 @@ start_dockerd() {
     log "dockerd answers after ${waited}s (pid $pid)"
 }
 
+# An engine someone else runs may be too old, or use the containerd image store (whose `--load` re-exports
+# layers compressed, so image IDs are not comparable with the classic store's): say so, do not change it.
+warn_if_not_reproducible() {
+    local version major store
+    version="$(docker version --format '{{.Server.Version}}' 2>/dev/null || true)"
+    major="${version%%.*}"
+    if [[ "$major" =~ ^[0-9]+$ ]] && ((major < MIN_ENGINE_MAJOR)); then
+        log "warning: engine $version predates BuildKit 0.11 (Docker $MIN_ENGINE_MAJOR): builds work, but two cold builds never give the same image ID"
+    fi
+    store="$(docker info --format '{{.DriverStatus}}' 2>/dev/null || true)"
+    if [[ "$store" == *io.containerd.snapshotter* ]]; then
+        log "warning: the engine uses the containerd image store; the reproducibility checks here were made with the classic overlay2 store"
+    fi
+}
+
 main() {
     command -v docker >/dev/null || die "no docker CLI on PATH"
     if engine_answers; then
         log "engine already answers; installing nothing"
         docker version --format 'engine.sh: client {{.Client.Version}}, server {{.Server.Version}} (API {{.Server.APIVersion}})'
         docker buildx version 2>/dev/null | sed 's/^/engine.sh: /' || log "warning: no buildx plugin visible"
+        warn_if_not_reproducible
         return
     fi
     [[ $EUID -eq 0 ]] || die "must run as root to install packages and start dockerd"

@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# Prototype: build a minimal Debian 12 root filesystem with mmdebstrap, reproducibly, and
-# `docker import` it as the base image that the generated Dockerfiles start FROM.
+# Prototype: build a minimal Debian 12 root filesystem with mmdebstrap, reproducibly, write it as a
+# docker-archive with a fixed image config (dlimages.imagearchive) and `docker load` it as the base
+# image that the generated Dockerfiles start FROM.
 #
 # Usage: scripts/make-base.sh [--tag TAG] [--out DIR] [--epoch SECONDS] [--include PKGS] [--check]
-#   --tag      image to import as (default dlimages/base:debian12)
-#   --out      where the tarball goes (default .work/base)
+#   --tag      image to load as (default dlimages/base:debian12)
+#   --out      where the tarball and the archive go (default .work/base)
 #   --epoch    SOURCE_DATE_EPOCH (default 1747699200 = 2025-05-20T00:00:00Z)
 #   --include  extra packages, comma-separated (default none: Dockerfiles apt-get install
 #              what they need from the same mirror, so the base stays one small layer)
-#   --check    build the tarball twice and fail unless both are byte-identical
+#   --check    build the tarball twice and fail unless both tarballs and both image IDs are identical
 #   --mirror   Debian mirror URL to bootstrap from (required; `invoke base` reads it from the host's
 #              apt sources); the security mirror is URL-security unless --security-mirror is given
+#   --python   the Python that has the dlimages package installed (default python3)
 #
 # The image's own apt sources (deb822, as in the official debian image) name the mirror it was
 # bootstrapped from; a mirror profile rewrites them at build time.
 #
 # The mirror comes in at run time (from the host's apt configuration, via `invoke base`), never written here.
 # The tarball is only reproducible while the mirror serves the same package versions: a
-# point release or security update changes it. The image ID is not reproducible either,
-# because `docker import` stamps the config with the current time; the layer (diff_id) is.
+# point release or security update changes it. For the same archive state the image ID is
+# reproducible too, on every machine: the config's `created` is SOURCE_DATE_EPOCH (where
+# `docker import` would stamp the current time), so the ID follows from the tarball alone.
+# That holds for the classic image store; the containerd store IDs images by manifest digest.
 set -euo pipefail
 
 tag=dlimages/base:debian12
@@ -28,6 +32,7 @@ include=""
 check=0
 mirror=""
 security=""
+python=python3
 while (($#)); do
     case "$1" in
         --tag) tag="${2:?--tag needs a value}"; shift 2 ;;
@@ -37,6 +42,7 @@ while (($#)); do
         --check) check=1; shift ;;
         --mirror) mirror="${2:?--mirror needs a URL}"; shift 2 ;;
         --security-mirror) security="${2:?--security-mirror needs a URL}"; shift 2 ;;
+        --python) python="${2:?--python needs a program}"; shift 2 ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) printf 'make-base.sh: unknown argument %q (try --help)\n' "$1" >&2; exit 2 ;;
     esac
@@ -49,6 +55,9 @@ die() { printf 'make-base.sh: error: %s\n' "$*" >&2; exit 1; }
 [[ $EUID -eq 0 ]] || die "must run as root (mmdebstrap --mode=root)"
 command -v mmdebstrap >/dev/null || die "mmdebstrap missing: run .ci/engine.sh first"
 docker info >/dev/null 2>&1 || die "no Docker engine answers: run .ci/engine.sh first"
+# Checked before the minutes mmdebstrap takes: the archive is written by the package.
+"$python" -c 'import dlimages.imagearchive' 2>/dev/null ||
+    die "$python cannot import dlimages (pip install -e . first, or give --python)"
 
 readonly suite=bookworm
 # `invoke base` reads the host's apt sources (dlimages.mirrors.host_apt_uris) and passes them here.
@@ -63,6 +72,12 @@ sources=("deb $mirror $suite main" "deb $mirror $suite-updates main")
 
 mkdir -p "$out"
 tarball="$out/debian12-minbase.tar"
+archive="$out/debian12-minbase.docker.tar"
+# The image history's line for the layer: how it was made, without mirrors or paths of this machine
+# (it is part of the image ID).
+created_by="mmdebstrap --mode=root --variant=minbase --format=tar${include:+ --include=$include} $suite"
+created_by+=" main, $suite-updates, $suite-security (merged-usr hook; man, doc, locale, info excluded;"
+created_by+=" SOURCE_DATE_EPOCH=$epoch)"
 
 # Documentation, man pages and locales are dropped as dpkg installs, as the official
 # slim images do; copyright files stay for licence compliance. Merged /usr is set up the
@@ -96,35 +111,40 @@ build_tarball() {
     log "built $dest in $((SECONDS - start))s, $(stat -c %s "$dest") bytes, sha256 $(sha256sum "$dest" | cut -d' ' -f1)"
 }
 
+# Writes the docker-archive of a tarball (atomically) and prints the image ID `docker load` gives it.
+write_archive() {
+    "$python" -m dlimages.imagearchive --layer "$1" --out "$2" --tag "$tag" --epoch "$epoch" \
+        --created-by "$created_by"
+}
+
 export DLI_MIRROR="$mirror" DLI_SECURITY_MIRROR="${security:-$mirror-security}"
 build_tarball "$tarball"
+image_id="$(write_archive "$tarball" "$archive")" || die "could not write the image archive $archive"
+log "wrote $archive, image id $image_id"
 if ((check)); then
     build_tarball "$tarball.again"
-    if cmp -s "$tarball" "$tarball.again"; then
-        log "reproducible: two builds are byte-identical"
-        rm -f "$tarball.again"
-    else
+    cmp -s "$tarball" "$tarball.again" ||
         die "not reproducible: $tarball and $tarball.again differ (try diffoscope)"
-    fi
+    again_id="$(write_archive "$tarball.again" "$archive.again")" ||
+        die "could not write the image archive $archive.again"
+    [[ "$again_id" == "$image_id" ]] ||
+        die "not reproducible: the same tarball gave image IDs $image_id and $again_id"
+    log "reproducible: two builds give byte-identical tarballs and the same image id"
+    rm -f "$tarball.again" "$archive.again"
 fi
 
-created="$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)"
 start=$SECONDS
-image_id="$(docker import \
-    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    --change 'ENV LANG=C.UTF-8' \
-    --change 'CMD ["bash"]' \
-    --change "LABEL org.opencontainers.image.created=$created" \
-    --change 'LABEL org.opencontainers.image.base.name=debian:bookworm-minbase' \
-    --message "mmdebstrap minbase $suite, SOURCE_DATE_EPOCH=$epoch" \
-    "$tarball" "$tag")" || die "docker import failed"
-log "imported $tag in $((SECONDS - start))s"
-log "image id: $image_id"
+docker load -i "$archive" || die "docker load -i $archive failed"
+loaded_id="$(docker image inspect --format '{{.Id}}' "$tag")" || die "docker load did not tag $tag"
+[[ "$loaded_id" == "$image_id" ]] ||
+    die "docker load gave $tag the image ID $loaded_id, not $image_id as computed (is the engine's containerd image store on? it IDs images by manifest digest)"
+log "loaded $tag in $((SECONDS - start))s"
+log "image id: $image_id (the same for this tarball on every machine)"
 log "layer diff_id: $(docker image inspect --format '{{index .RootFS.Layers 0}}' "$tag") (equals the tarball's sha256)"
 log "image size: $(docker image inspect --format '{{.Size}}' "$tag") bytes"
 # The record `invoke build` and the build report can point at: which base, from which tarball.
 record="$out/$(basename "${tag//:/-}").json"
-printf '{"tag": "%s", "image_id": "%s", "layer": "%s", "tarball_sha256": "%s", "source_date_epoch": %s}\n' \
+printf '{"tag": "%s", "image_id": "%s", "layer": "%s", "tarball_sha256": "%s", "archive_sha256": "%s", "source_date_epoch": %s}\n' \
     "$tag" "$image_id" "$(docker image inspect --format '{{index .RootFS.Layers 0}}' "$tag")" \
-    "$(sha256sum "$tarball" | cut -d' ' -f1)" "$epoch" >"$record"
+    "$(sha256sum "$tarball" | cut -d' ' -f1)" "$(sha256sum "$archive" | cut -d' ' -f1)" "$epoch" >"$record"
 log "recorded in $record"

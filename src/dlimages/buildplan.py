@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,11 +120,21 @@ def plan_build(
     base_image: str | None = None,
     iidfile: Path,
     revision: str = UNKNOWN_REVISION,
+    epoch: int = 0,
     progress: str = "plain",
 ) -> BuildPlan:
-    """Build without tags into an image ID; tags are applied only once the build has succeeded."""
-    args = {"BASE_IMAGE": base_image or cell.base_image, "REVISION": revision, **mirror.build_args()}
-    argv = ["docker", "buildx", "build", f"--progress={progress}", "--load", "--file", cell.dockerfile]
+    """Build without tags into an image ID; tags are applied only once the build has succeeded.
+
+    SOURCE_DATE_EPOCH (see `source_date_epoch`) stamps history, `created` and every file; no provenance or SBOM
+    attestation, which would carry the build's own time."""
+    args = {
+        "BASE_IMAGE": base_image or cell.base_image,
+        "SOURCE_DATE_EPOCH": str(epoch),
+        "REVISION": revision,
+        **mirror.build_args(),
+    }
+    argv = ["docker", "buildx", "build", f"--progress={progress}", "--load", "--provenance=false", "--sbom=false"]
+    argv += ["--file", cell.dockerfile]
     for name, value in args.items():
         argv += ["--build-arg", f"{name}={value}"]
     argv += secrets.argv()
@@ -139,15 +149,33 @@ def plan_builds(
     secrets: Secrets,
     workdir: Path,
     revision: str = UNKNOWN_REVISION,
+    epochs: Mapping[str, int] | None = None,
 ) -> list[BuildPlan]:
     """One plan per cell with the mirror profile resolved for it; each build writes its image ID under workdir and
-    labels the image with the source `revision` (see `source_revision`)."""
+    labels the image with the source `revision` (see `source_revision`), its files stamped with `epochs[slug]`."""
     return [
         plan_build(
-            cell, resolve(matrix, profile, cell), secrets, iidfile=workdir / f"{cell.slug}.iid", revision=revision
+            cell,
+            resolve(matrix, profile, cell),
+            secrets,
+            iidfile=workdir / f"{cell.slug}.iid",
+            revision=revision,
+            epoch=(epochs or {}).get(cell.slug, 0),
         )
         for cell in cells
     ]
+
+
+def source_date_epoch(root: Path, cell: Cell, runner: Runner) -> int:
+    """SOURCE_DATE_EPOCH for a cell: the time of the last commit that changed what its build reads (its folder
+    under images/: Dockerfile, locks, cell.json; and images/assets/). The same commit always gives the same time,
+    and commits that leave the cell alone keep it, so they keep the build cache too. 0 outside a git checkout."""
+    paths = [f"images/{cell.framework}/{cell.slug}", "images/assets"]
+    done = runner(["git", "-C", str(root), "log", "-1", "--format=%ct", "--", *paths])
+    if not done.ok or not done.out.strip():
+        done = runner(["git", "-C", str(root), "log", "-1", "--format=%ct"])  # a cell not committed yet
+    text = done.out.strip()
+    return int(text) if done.ok and text.isdigit() else 0
 
 
 def source_revision(root: Path, runner: Runner) -> str:

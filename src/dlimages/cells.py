@@ -25,6 +25,7 @@ class FrameworkInstall:
     index_url: str | None  # an extra index holding the CUDA build (PyTorch's own wheel index)
     find_links: str | None  # a find-links page holding the CUDA build (PyTorch's older releases)
     variant_tag: str | None  # e.g. cu118: names the build on PyTorch's index and on mirrors of it
+    source_builds: tuple[str, ...] = ()  # requirements PyPI has only as source (matrix.yaml `source_builds`)
 
     @property
     def constraints(self) -> tuple[str, ...]:
@@ -194,7 +195,10 @@ def _make_cell(matrix: Matrix, c: Candidate) -> Cell:
         compat_driver=toolkit.compat_driver,
         arch_sass=tuple(variant.arch.sass),
         arch_ptx=tuple(variant.arch.ptx),
-        install=_install(framework.package, c.version, c.cuda, release.companions, variant),
+        install=dataclasses.replace(
+            _install(framework.package, c.version, c.cuda, release.companions, variant),
+            source_builds=tuple(sorted(release.source_builds)),
+        ),
         packages=tuple(sorted(pins.items())),
         bootstrap_base=os_spec.bootstrap and cuda_source == "wheel",
         notes=tuple(notes),

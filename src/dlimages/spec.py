@@ -10,7 +10,7 @@ from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dlimages.errors import InputError, Problem, allowed_list
 from dlimages.grammar import (
@@ -163,6 +163,16 @@ class Release(Model):
     python_source: SourceUrl | None = None  # where the supported Python versions are listed, if elsewhere
     variants: dict[Version, Variant] = Field(min_length=1)
     companions: dict[Name, Version] = Field(default_factory=dict)
+    # Requirements of the release that PyPI has only as source: locked by their sdist's hash and built in the
+    # image, the one exception to wheels only. `source_builds_source` shows the PyPI file listing.
+    source_builds: list[Name] = Field(default_factory=list)
+    source_builds_source: SourceUrl | None = None
+
+    @model_validator(mode="after")
+    def _source_builds_have_a_source(self) -> Release:
+        if self.source_builds and self.source_builds_source is None:
+            raise ValueError("source_builds needs source_builds_source: the page showing PyPI has no wheel")
+        return self
 
 
 class Framework(Model):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dlimages.buildplan import BuildPlan, Secrets, plan_build, plan_builds, source_revision
+from dlimages.buildplan import BuildPlan, Secrets, plan_build, plan_builds, source_date_epoch, source_revision
 from dlimages.cells import Cell, Expansion
 from dlimages.mirrors import resolve
 from dlimages.runner import DEFAULT, Runner
@@ -62,6 +62,7 @@ def test_argv_never_tags(plan: BuildPlan) -> None:
 def test_argv_passes_the_build_args(plan: BuildPlan) -> None:
     assert _build_args(plan.build) == {
         "BASE_IMAGE": "ubuntu:22.04",
+        "SOURCE_DATE_EPOCH": "0",
         "REVISION": "abc1234",
         "MIRROR_PROFILE": "cloud",
         "APT_MIRROR": "http://cloud.example.net/ubuntu/",
@@ -143,3 +144,32 @@ def test_every_plan_labels_the_image_with_the_revision(matrix: Matrix, expansion
     revision = "0" * 40
     plans = plan_builds(matrix, expansion.cells[:2], "none", Secrets(), tmp_path, revision)
     assert all(f"REVISION={revision}" in plan.build for plan in plans)
+
+
+def test_source_date_epoch_is_the_last_commit_that_changed_the_cell(
+    tmp_path: Path, expansion: Expansion, matrix: Matrix
+) -> None:
+    """Same commit, same epoch; a commit elsewhere keeps it (and the build cache); one touching the cell moves it."""
+    first, other = expansion.cells[0], expansion.cells[1]
+    assert source_date_epoch(tmp_path, first, DEFAULT) == 0  # not a git checkout
+    git(tmp_path, "init", "-q")
+    for c in (first, other):
+        folder = tmp_path / "images" / c.framework / c.slug
+        folder.mkdir(parents=True)
+        (folder / "Dockerfile").write_text("FROM scratch\n")
+    (tmp_path / "images/assets").mkdir()
+    (tmp_path / "images/assets/zshrc").write_text("\n")
+    git(tmp_path, "add", ".")
+    env_commit = ["-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q"]
+    DEFAULT(["git", "-C", str(tmp_path), *env_commit, "-m", "one"], env={"GIT_COMMITTER_DATE": "@1700000000 +0000",
+            "GIT_AUTHOR_DATE": "@1700000000 +0000", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert source_date_epoch(tmp_path, first, DEFAULT) == 1700000000
+    (tmp_path / "images" / other.framework / other.slug / "Dockerfile").write_text("FROM scratch\n# changed\n")
+    git(tmp_path, "add", ".")
+    DEFAULT(["git", "-C", str(tmp_path), *env_commit, "-m", "two"], env={"GIT_COMMITTER_DATE": "@1700000500 +0000",
+            "GIT_AUTHOR_DATE": "@1700000500 +0000", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert source_date_epoch(tmp_path, first, DEFAULT) == 1700000000
+    assert source_date_epoch(tmp_path, other, DEFAULT) == 1700000500
+    plans = plan_builds(matrix, [first], "none", Secrets(), tmp_path, "r", {first.slug: 1700000000})
+    assert "SOURCE_DATE_EPOCH=1700000000" in plans[0].build
+    assert "--provenance=false" in plans[0].build and "--sbom=false" in plans[0].build

@@ -8,6 +8,11 @@ FROM ${BASE_IMAGE}
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
+# Reproducible builds: `invoke build` passes the time of the last commit that changed this cell's files. BuildKit
+# stamps the history and `created` with it, dl-normalize every file, Python writes hash-based .pyc files, and
+# PYTHONHASHSEED fixes the order of what they hold. Both stay build arguments: the running image has neither.
+ARG SOURCE_DATE_EPOCH=0
+ARG PYTHONHASHSEED=0
 ENV LANG=C.UTF-8 \
     LC_ALL=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
@@ -24,7 +29,10 @@ ARG APT_MIRROR=
 ARG APT_SECURITY_MIRROR=
 ARG PIP_INDEX_URL=
 # Debian's main and security archives from the mirror, in the deb822 format of the official image.
-RUN if [ -n "${APT_MIRROR}" ]; then \
+RUN --mount=type=tmpfs,target=/mnt \
+    --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+    umask 0022 \
+ && if [ -n "${APT_MIRROR}" ]; then \
         security="${APT_SECURITY_MIRROR:-${APT_MIRROR%/}-security}" \
      && keyring=/usr/share/keyrings/debian-archive-keyring.gpg \
      && printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n\n' \
@@ -34,8 +42,17 @@ RUN if [ -n "${APT_MIRROR}" ]; then \
     fi \
  && if [ -n "${PIP_INDEX_URL}" ]; then \
         printf '[global]\nindex-url = %s\n' "${PIP_INDEX_URL}" > /etc/pip.conf; \
-    fi
-RUN apt-get update \
+    fi \
+ && /mnt/dl-normalize
+# apt's lists and downloads live in tmpfs mounts, so no layer holds them. The OS packages' versions are those the
+# archive serves on the day of the build: Debian and Ubuntu drop superseded versions, so this layer is
+# reproducible only against the same archive state (the build report lists every package and version).
+RUN --mount=type=tmpfs,target=/mnt \
+    --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+    --mount=type=tmpfs,target=/var/lib/apt/lists \
+    --mount=type=tmpfs,target=/var/cache/apt \
+    umask 0022 \
+ && apt-get update \
  && apt-get install -y --no-install-recommends \
         ca-certificates \
         curl \
@@ -45,25 +62,39 @@ RUN apt-get update \
         python3-venv \
         tini \
         zsh \
- && rm -rf /var/lib/apt/lists/*
-# A non-root user owns the Python environment, so `pip install` works without sudo. ~/.cache is made
-# here as dev (with the pip cache mount point): BuildKit would otherwise create them as root.
-RUN useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev \
- && install -d -o dev -g dev /workspace /opt/venv /home/dev/.cache /home/dev/.cache/pip
-USER 1000:1000
+ && /mnt/dl-normalize
+# A non-root user owns the Python environment, so `pip install` works without sudo; pip runs as that user.
+RUN --mount=type=tmpfs,target=/mnt \
+    --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+    umask 0022 \
+ && useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev \
+ && install -d -o dev -g dev /workspace /opt/venv /home/dev/.cache /home/dev/.cache/pip \
+ && /mnt/dl-normalize
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH}
-RUN --mount=type=secret,id=pip_ca,uid=1000 \
-    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
- && python3 -m venv /opt/venv \
- && /opt/venv/bin/python -m pip install --no-cache-dir pip==24.3.1
-# PyTorch 2.1.2 brings CUDA 12.1 and cuDNN 8.9.2 in its wheels; the base has no CUDA libraries.
-# Secrets (never stored in a layer): pip_ca, an extra CA bundle for TLS-intercepting proxies; netrc,
-# credentials for private indexes.
-RUN --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
+RUN --mount=type=tmpfs,target=/mnt \
+    --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
     --mount=type=secret,id=pip_ca,uid=1000 \
-    --mount=type=secret,id=netrc,target=/home/dev/.netrc,uid=1000 \
-    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+    --mount=type=secret,id=netrc,uid=1000 \
+    umask 0022 \
+ && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+ && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+ && export HOME=/home/dev \
+ && setpriv --reuid=1000 --regid=1000 --clear-groups python3 -m venv /opt/venv \
+ && setpriv --reuid=1000 --regid=1000 --clear-groups /opt/venv/bin/python -m pip install --no-cache-dir pip==24.3.1 \
+ && /mnt/dl-normalize
+# PyTorch 2.1.2 brings CUDA 12.1 and cuDNN 8.9.2 in its wheels; the base has no CUDA libraries.
+# NOT LOCKED: this cell's packages need an index this project could not reach when locking, so pip resolves
+# them at build time and two builds can differ. `invoke lock` where that index is reachable fixes this.
+RUN --mount=type=tmpfs,target=/mnt \
+    --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+    --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
+    --mount=type=secret,id=pip_ca,uid=1000 \
+    --mount=type=secret,id=netrc,uid=1000 \
+    umask 0022 \
+ && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+ && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+ && export HOME=/home/dev \
  && printf '%s\n' \
         "torch==2.1.2" \
         "torchaudio==2.1.2" \
@@ -74,30 +105,57 @@ RUN --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
         "pandas==2.0.3" \
         "scipy==1.10.1" \
         > /opt/venv/constraints.txt \
- && pip install --constraint /opt/venv/constraints.txt \
+ && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --constraint /opt/venv/constraints.txt \
         "torch==2.1.2" \
         "torchaudio==2.1.2" \
-        "torchvision==0.16.2"
+        "torchvision==0.16.2" \
+ && /mnt/dl-normalize
 # The preinstalled package set, pinned; the constraints file (framework and package pins) keeps the
 # framework from moving and users can reuse it: pip install -c /opt/venv/constraints.txt ...
-RUN --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
+RUN --mount=type=tmpfs,target=/mnt \
+    --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+    --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
     --mount=type=secret,id=pip_ca,uid=1000 \
-    --mount=type=secret,id=netrc,target=/home/dev/.netrc,uid=1000 \
-    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
- && pip install --constraint /opt/venv/constraints.txt \
+    --mount=type=secret,id=netrc,uid=1000 \
+    umask 0022 \
+ && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+ && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+ && export HOME=/home/dev \
+ && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --constraint /opt/venv/constraints.txt \
         "ipykernel==6.26.0" \
         "jupyterlab==4.0.9" \
         "numpy==1.24.4" \
         "pandas==2.0.3" \
-        "scipy==1.10.1"
+        "scipy==1.10.1" \
+ && /mnt/dl-normalize
 # JupyterLab answers on 8888; the token comes from JUPYTER_TOKEN, else Jupyter makes a random one and logs it.
-COPY --chown=root:root assets/jupyter_server_config.py /etc/jupyter/jupyter_server_config.py
+RUN --mount=type=tmpfs,target=/mnt \
+    --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+    --mount=type=bind,source=assets/jupyter_server_config.py,target=/mnt/jupyter_server_config.py \
+    umask 0022 \
+ && install -D -m 0644 /mnt/jupyter_server_config.py /etc/jupyter/jupyter_server_config.py \
+ && /mnt/dl-normalize
 EXPOSE 8888
 # Shell comfort and the image's own commands: dl-smoke (GPU smoke test) and dl-bench (ResNet-50 training benchmark, PyTorch).
-COPY --chown=dev:dev assets/zshrc /home/dev/.zshrc
-COPY --chown=root:root assets/dl-entrypoint assets/dl-smoke assets/dl-bench assets/dl_stack.py /usr/local/bin/
+RUN --mount=type=tmpfs,target=/mnt \
+    --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+    --mount=type=bind,source=assets/zshrc,target=/mnt/zshrc \
+    --mount=type=bind,source=assets/dl_stack.py,target=/mnt/dl_stack.py \
+    --mount=type=bind,source=assets/dl-entrypoint,target=/mnt/dl-entrypoint \
+    --mount=type=bind,source=assets/dl-smoke,target=/mnt/dl-smoke \
+    --mount=type=bind,source=assets/dl-bench,target=/mnt/dl-bench \
+    umask 0022 \
+ && install -m 0644 -o dev -g dev /mnt/zshrc /home/dev/.zshrc \
+ && install -m 0755 /mnt/dl-entrypoint /mnt/dl-smoke /mnt/dl-bench /usr/local/bin/ \
+ && install -m 0644 /mnt/dl_stack.py /usr/local/bin/dl_stack.py \
+ && /mnt/dl-normalize
 # Labels last: they change with every release and must not invalidate the layers above.
-COPY --chown=root:root pytorch/cuda12.1-torch2.1.2-py3.11-runtime/cell.json /etc/dlimages/cell.json
+RUN --mount=type=tmpfs,target=/mnt \
+    --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+    --mount=type=bind,source=pytorch/cuda12.1-torch2.1.2-py3.11-runtime/cell.json,target=/mnt/cell.json \
+    umask 0022 \
+ && install -D -m 0644 /mnt/cell.json /etc/dlimages/cell.json \
+ && /mnt/dl-normalize
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="test/pytorch-dev" \
       org.opencontainers.image.version="v0.9-cuda12.1-torch2.1.2-py3.11-runtime" \
@@ -117,7 +175,8 @@ LABEL org.opencontainers.image.title="test/pytorch-dev" \
       io.dlimages.min-driver="530.30.02" \
       io.dlimages.compat-driver="525.60.13" \
       io.dlimages.cuda-arch-list="sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90" \
-      io.dlimages.mirror-profile="${MIRROR_PROFILE}"
+      io.dlimages.mirror-profile="${MIRROR_PROFILE}" \
+      io.dlimages.locked="false"
 USER 1000:1000
 WORKDIR /workspace
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/dl-entrypoint"]
