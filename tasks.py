@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 from invoke import Context, task
 from invoke.exceptions import Exit
 
+from dlimages import baselock, inimage
 from dlimages import ci as ci_plan
 from dlimages import doctor as node_doctor
-from dlimages import inimage
 from dlimages import lock as lock_files
 from dlimages import repro as reproducibility
 from dlimages.base import make_base_argv, missing_bases
@@ -137,7 +137,7 @@ def build(
     revision = source_revision(project.root, RUNNER)
     epochs = {cell.slug: source_date_epoch(project.root, cell, RUNNER) for cell in cells}
     workdir = Path(tempfile.gettempdir()) / "dlimages"
-    plans = plan_builds(project.matrix, cells, mirror, secrets, workdir, revision, epochs)
+    plans = plan_builds(project.matrix, cells, mirror, secrets, workdir, revision, epochs, project.root)
     if dry_run:
         print("\n\n".join(plan.describe() for plan in plans))
         return
@@ -197,7 +197,7 @@ def repro(
         revision = source_revision(project.root, RUNNER)
         epochs = {cell.slug: source_date_epoch(project.root, cell, RUNNER) for cell in cells}
         secrets = Secrets.from_flags(ca_bundle, None)
-        plans = plan_builds(project.matrix, cells, mirror, secrets, workdir, revision, epochs)
+        plans = plan_builds(project.matrix, cells, mirror, secrets, workdir, revision, epochs, project.root)
         for image in missing_bases(cells, RUNNER):
             print(f"{image} is missing: making it with `invoke base`")
             base(c)
@@ -266,6 +266,45 @@ def base(c: Context, mirror: str | None = None, check: bool = False) -> None:
     code = RUNNER.stream(make_base_argv(_project().root, mirror, check=check), _print_line)
     if code:
         raise Exit(f"error: scripts/make-base.sh exited {code}", code=1)
+
+
+@task(
+    help={
+        **SELECT_HELP,
+        "python": "Python version, e.g. 3.10 (default: every Python)",
+        "flavor": "runtime or devel (default: both)",
+        "lock": "ask each registry for the digest every base tag names now and record it in images/bases.lock.json",
+    }
+)
+@reports_input_errors
+def bases(
+    c: Context,
+    cuda: str | None = None,
+    torch: str | None = None,
+    tf: str | None = None,
+    python: str | None = None,
+    flavor: str | None = None,
+    lock: bool = False,
+) -> None:
+    """List the base images the selected cells pull and the digests builds pin them to (--lock: refresh them)."""
+    project = _project()
+    cells = select(
+        project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor), defaults=False
+    )
+    path = project.root / baselock.LOCK_FILE
+    recorded = baselock.BaseLock.load(path)
+    refs = baselock.pulled_bases(cells)
+    if lock:
+        recorded, results = baselock.refresh(recorded, refs, RUNNER)
+        recorded.write(path)
+        for result in results:
+            print(f"{'recorded' if result.ok else 'NOT recorded'} {result}")
+        print(f"{baselock.LOCK_FILE}: {sum(r.ok for r in results)} of {len(results)} bases recorded now.")
+        if not all(r.ok for r in results):
+            raise Exit(code=1)
+        return
+    for ref in refs:
+        print(f"{ref} -> {recorded.pinned(ref) or 'no recorded digest: pulled by tag (not reproducible)'}")
 
 
 @task(

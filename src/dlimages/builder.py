@@ -21,6 +21,16 @@ log = logging.getLogger(__name__)
 # What a failed build printed, mapped to what the person should do about it.
 KNOWN_FAILURES: tuple[tuple[str, str], ...] = (
     (
+        "DO NOT MATCH THE HASHES",
+        "a downloaded file does not match the hash the cell's lock records (images/<framework>/<cell>/*.lock): the "
+        "index or mirror serves a different file, or the lock was edited. Nothing was installed from it; re-lock "
+        "(`invoke lock ...`) only if you trust the new file",
+    ),
+    (
+        "Hashes are required in --require-hashes mode",
+        "the cell's lock misses a package or a hash (edited by hand?): run `invoke lock` for the cell",
+    ),
+    (
         "no space left on device",
         "the disk is full: free space (`docker builder prune`, `docker image prune`) and rerun",
     ),
@@ -94,7 +104,7 @@ def run_builds(
     results: list[BuildResult] = []
     for plan in plans:
         log.info("\n=== building %s:%s", plan.cell.image, plan.cell.immutable_tag)
-        for note in plan.mirror.notes:
+        for note in (*plan.mirror.notes, *plan.notes):
             log.info("note: %s", note)
         result = run_build(plan, root, out, runner)
         results.append(result)

@@ -9,11 +9,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlimages.baselock import LOCK_FILE as BASES_LOCK_FILE
+from dlimages.baselock import BaseLock, base_for_build
 from dlimages.cells import Cell
 from dlimages.errors import InputError, Problem
+from dlimages.lock import lock_state
 from dlimages.mirrors import MirrorArgs, resolve
 from dlimages.render import IMAGES_DIR
 from dlimages.runner import Runner
+from dlimages.selection import flags_for
 from dlimages.spec import Matrix
 
 UNKNOWN_REVISION = "unknown"  # what the label says when the source commit cannot be told
@@ -99,13 +103,14 @@ class BuildPlan:
     build: list[str]
     iidfile: Path
     mirror: MirrorArgs
+    notes: tuple[str, ...] = ()  # what keeps this build from being reproducible, said before it starts
 
     def tag_commands(self, image_id: str) -> list[list[str]]:
         return [["docker", "tag", image_id, ref] for ref in self.cell.refs]
 
     def describe(self) -> str:
         lines = [f"# {self.cell.image}:{self.cell.immutable_tag}"]
-        lines += [f"# note: {note}" for note in self.mirror.notes]
+        lines += [f"# note: {note}" for note in (*self.mirror.notes, *self.notes)]
         lines.append(shlex.join(self.build))
         image_id = f'"$(cat {shlex.quote(str(self.iidfile))})"'
         lines += [f"docker tag {image_id} {shlex.quote(ref)}" for ref in self.cell.refs]
@@ -122,6 +127,7 @@ def plan_build(
     revision: str = UNKNOWN_REVISION,
     epoch: int = 0,
     progress: str = "plain",
+    notes: Sequence[str] = (),
 ) -> BuildPlan:
     """Build without tags into an image ID; tags are applied only once the build has succeeded.
 
@@ -139,7 +145,7 @@ def plan_build(
         argv += ["--build-arg", f"{name}={value}"]
     argv += secrets.argv()
     argv += ["--iidfile", str(iidfile), IMAGES_DIR]
-    return BuildPlan(cell, argv, iidfile, mirror)
+    return BuildPlan(cell, argv, iidfile, mirror, tuple(notes))
 
 
 def plan_builds(
@@ -150,20 +156,37 @@ def plan_builds(
     workdir: Path,
     revision: str = UNKNOWN_REVISION,
     epochs: Mapping[str, int] | None = None,
+    root: Path | None = None,
 ) -> list[BuildPlan]:
     """One plan per cell with the mirror profile resolved for it; each build writes its image ID under workdir and
-    labels the image with the source `revision` (see `source_revision`), its files stamped with `epochs[slug]`."""
-    return [
-        plan_build(
-            cell,
-            resolve(matrix, profile, cell),
-            secrets,
-            iidfile=workdir / f"{cell.slug}.iid",
-            revision=revision,
-            epoch=(epochs or {}).get(cell.slug, 0),
+    labels the image with the source `revision` (see `source_revision`), its files stamped with `epochs[slug]`.
+
+    With the repo `root`, a pulled base comes by the digest images/bases.lock.json records, and a plan notes what
+    keeps its build from being reproducible: a base with no recorded digest, packages without a lock."""
+    bases = BaseLock.load(root / BASES_LOCK_FILE) if root is not None else BaseLock({})
+    plans = []
+    for cell in cells:
+        base, base_note = base_for_build(cell, bases)
+        notes = [base_note] if base_note and root is not None else []
+        if root is not None and not lock_state(root, cell, matrix.packages.pip).locked:
+            notes.append(
+                "this cell has no lock: pip resolves its packages at build time, so this build is NOT reproducible "
+                f"(the image's label io.dlimages.locked says false); `invoke lock {flags_for(cell)}` where "
+                f"{cell.install.index_url or cell.install.find_links or 'its index'} is reachable fixes that"
+            )
+        plans.append(
+            plan_build(
+                cell,
+                resolve(matrix, profile, cell),
+                secrets,
+                base_image=base if root is not None else None,
+                iidfile=workdir / f"{cell.slug}.iid",
+                revision=revision,
+                epoch=(epochs or {}).get(cell.slug, 0),
+                notes=notes,
+            )
         )
-        for cell in cells
-    ]
+    return plans
 
 
 def source_date_epoch(root: Path, cell: Cell, runner: Runner) -> int:

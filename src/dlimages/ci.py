@@ -16,6 +16,11 @@ BUILDS = (
     "--cuda 12.1 --torch 2.1 --python 3.11 --mirror none",
     "--cuda 11.8 --tf 2.14 --python 3.11 --mirror host",
 )
+# The proof: one more cold build of the PyTorch cell must give the very image the first build made.
+REPRO = (
+    "--cuda 12.1 --torch 2.1 --python 3.11 --mirror none "
+    "--against lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"
+)
 REGISTRY_PORT = 5055
 REGISTRY_NAME = "ci"
 REPORT = ".work/build-report.json"
@@ -37,6 +42,7 @@ def checks(root: Path, python: str) -> list[Step]:
     return [
         Step("lint", f"{py} -m pre_commit run --all-files --show-diff-on-failure --color never"),
         Step("render check", "invoke render --check"),
+        Step("lock check", "invoke lock --check"),
         Step(
             "unit and GPU tests",
             f"{py} -m pytest {_q(root / 'tests/unit')} {_q(root / 'tests/gpu')} -p no:cacheprovider -rs -n auto",
@@ -51,6 +57,7 @@ def end_to_end(root: Path) -> list[Step]:
         Step("engine", f"bash {_q(root / '.ci/engine.sh')}"),
         Step("checks", "invoke check"),
         *(Step(f"build {flags}", f"invoke build {flags}") for flags in BUILDS),
+        Step("repro (PyTorch cell)", f"invoke repro {REPRO}"),
         Step("registry", f"bash {_q(root / '.ci/registry.sh')} start {REGISTRY_NAME} {REGISTRY_PORT}"),
         Step("push", f"invoke push --registry {registry} --report {_q(root / REPORT)}"),
     ]

@@ -42,6 +42,8 @@ INSTALL_FLAGS = "--no-deps --require-hashes --only-binary=:all:"
 def install_flags(source_builds: Sequence[str] = ()) -> str:
     """pip's flags for installing a lock: exact files by hash, no resolution, wheels only (but the named sources)."""
     return INSTALL_FLAGS + (f" --no-binary={','.join(source_builds)}" if source_builds else "")
+
+
 _DIGEST_LINE = re.compile(r"^# Input: (sha256:[0-9a-f]{64})$", re.MULTILINE)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _PIN_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?: \\)?$")
@@ -295,7 +297,9 @@ def resolve(
         requirements.write_text(lock.text(), encoding="utf-8")
         if previous.is_file():
             output.write_bytes(previous.read_bytes())  # uv keeps the locked versions it can
-        done = runner(compile_argv(lock, requirements, output, upgrade), timeout=timeout)
+        # Relative names, run in the scratch folder: uv writes the input's name into the lock (`# via -r ...`).
+        argv = compile_argv(lock, Path(requirements.name), Path(output.name), upgrade)
+        done = runner(argv, timeout=timeout, cwd=Path(scratch))
         if not done.ok:
             return Resolution(cell, {}, _failure(done, lock, timeout))
         pins = parse_compiled(output.read_text(encoding="utf-8"))

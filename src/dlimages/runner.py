@@ -78,10 +78,13 @@ class Runner:
         timeout: float = TIMEOUT_S,
         stdin: str | None = None,
         env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> Result:
         """Run argv to the end and capture its output; a hang or a missing program becomes a failed Result."""
         args = tuple(argv)
-        extra = {} if env is None else {"env": dict(env)}
+        extra: dict[str, object] = {} if env is None else {"env": dict(env)}
+        if cwd is not None:
+            extra["cwd"] = cwd
         try:
             done = self.run(
                 list(args),

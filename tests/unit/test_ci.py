@@ -33,11 +33,15 @@ def test_each_ci_build_is_one_cell_that_needs_no_unreachable_server(
 def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() -> None:
     root = Path("/repo")
     checks = [step.name for step in ci.checks(root, "python3")]
-    assert checks == ["lint", "render check", "unit and GPU tests"]
+    assert checks == ["lint", "render check", "lock check", "unit and GPU tests"]
     steps = [step.command for step in ci.end_to_end(root)]
     builds = [i for i, command in enumerate(steps) if command.startswith("invoke build ")]
     push = next(i for i, command in enumerate(steps) if command.startswith("invoke push "))
     assert len(builds) == len(ci.BUILDS) and max(builds) < push
+    # The proof of reproducibility rebuilds the PyTorch cell cold and compares it with the image CI built first.
+    [repro] = [i for i, command in enumerate(steps) if command.startswith("invoke repro ")]
+    assert max(builds) < repro and "--against lab/pytorch-universal-dev:" in steps[repro]
+    assert steps[builds[0]].removeprefix("invoke build ") in steps[repro]
     assert ci.image_tests(root, "python3", ["lab/x:v1", "lab/y:v1"]).command.endswith(
         "--image lab/x:v1 --image lab/y:v1"
     )

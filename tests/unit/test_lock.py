@@ -201,16 +201,20 @@ def test_uv_is_asked_for_the_cells_python_and_platform_with_hashes_and_wheels_on
     assert index[index.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu118"
 
 
+calls: list[list[str]] = []
+
+
 def fake_uv(output: str | None = UV_OUTPUT, *, code: int = 0, err: str = "", hang: bool = False) -> Runner:
     """A Runner whose `uv` writes `output` into --output-file (or fails, or hangs) and reports a version."""
 
     def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
         if argv[:2] == ["uv", "--version"]:
             return subprocess.CompletedProcess(argv, 0, "uv 0.13.9 (x86_64-unknown-linux-gnu)\n", "")
         if hang:
             raise subprocess.TimeoutExpired(argv, kwargs["timeout"])
         if output is not None and code == 0:
-            Path(argv[argv.index("--output-file") + 1]).write_text(output)
+            Path(kwargs.get("cwd", "."), argv[argv.index("--output-file") + 1]).write_text(output)
         return subprocess.CompletedProcess(argv, code, "", err)
 
     return Runner(run=run)
@@ -225,6 +229,8 @@ def test_a_resolution_writes_the_lock_and_says_so(tmp_path: Path, pypi_cell: Cel
     [result] = lock.lock_cells(tmp_path, [pypi_cell], PIP, fake_uv(output), say=said.append)
     assert result.ok, result.problem
     assert lock.lock_state(tmp_path, pypi_cell, PIP).status == "locked"
+    # uv runs in its scratch folder on relative names: no temporary path reaches the committed lock.
+    assert all(not Path(word).is_absolute() for word in calls[-1][3:6]) and "requirements.in" in calls[-1]
     assert said[0].startswith(f"locked {PYPI_CELL[1]}: 21 packages in ")
 
 
