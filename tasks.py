@@ -78,17 +78,23 @@ def _print_line(line: str) -> None:
 @reports_input_errors
 def matrix(c: Context, json_: bool = False, explain: bool = False) -> None:
     """Show the valid cells of matrix.yaml (or, with --explain, what was excluded and why)."""
-    expansion = _project().expansion
+    project = _project()
+    expansion = project.expansion
+    locks = {
+        cell.slug: lock_files.lock_state(project.root, cell, project.matrix.packages.pip).status
+        for cell in expansion.cells
+    }
     if json_:
-        print(json.dumps([cell.as_json() for cell in expansion.cells], indent=2))
+        print(json.dumps([{**cell.as_json(), "lock": locks[cell.slug]} for cell in expansion.cells], indent=2))
     elif explain:
         print(exclusions_text(expansion.excluded))
         print(f"\n{len(expansion.cells)} valid cells, {len(expansion.excluded)} combinations excluded.")
     else:
-        print(cells_table(expansion.cells))
+        print(cells_table(expansion.cells, locks))
+        unlocked = sum(status != "locked" for status in locks.values())
         print(
-            f"\n{len(expansion.cells)} valid cells; "
-            f"`invoke matrix --explain` shows the {len(expansion.excluded)} excluded."
+            f"\n{len(expansion.cells)} valid cells ({unlocked} not locked: pip resolves them at build time, so their "
+            f"builds are not reproducible); `invoke matrix --explain` shows the {len(expansion.excluded)} excluded."
         )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from dlimages.cells import Cell, Exclusion
 
@@ -15,8 +15,11 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def cells_table(cells: Sequence[Cell]) -> str:
+def cells_table(cells: Sequence[Cell], locks: Mapping[str, str] | None = None) -> str:
+    """One row per cell; with `locks` (slug -> lock status, lock.py), a column saying which cells are locked."""
     headers = ["framework", "version", "cuda", "cudnn", "python", "os", "flavor", "cuda from", "min driver", "tags"]
+    if locks is not None:
+        headers.insert(-1, "lock")
     rows = [
         [
             c.framework,
@@ -28,6 +31,7 @@ def cells_table(cells: Sequence[Cell]) -> str:
             c.flavor,
             c.cuda_source,
             c.min_driver,
+            *([locks.get(c.slug, "unlocked")] if locks is not None else []),
             ", ".join(c.tags),
         ]
         for c in cells

@@ -155,6 +155,7 @@ class Image:
     ref: str
     labels: dict[str, str]
     config: dict[str, Any]
+    created: str = ""  # RFC 3339; SOURCE_DATE_EPOCH for a reproducible build
 
     def label(self, key: str, prefix: str = LABEL_PREFIX) -> str:
         """The io.dlimages.<key> label (or <prefix><key>); an image without it fails the test that needs it."""
@@ -201,8 +202,9 @@ def image(image_ref: str) -> Image:
             "e.g. `invoke build --cuda 12.1 --torch 2.1 --python 3.11`",
             pytrace=False,
         )
-    config = json.loads(found.out)[0].get("Config") or {}
-    return Image(image_ref, dict(config.get("Labels") or {}), config)
+    inspected = json.loads(found.out)[0]
+    config = inspected.get("Config") or {}
+    return Image(image_ref, dict(config.get("Labels") or {}), config, str(inspected.get("Created") or ""))
 
 
 @pytest.fixture(scope="session")

@@ -238,6 +238,56 @@ def test_apt_lists_are_removed(container: Container) -> None:
     assert not left, f"apt lists left in the image:\n{left}"
 
 
+def test_no_logs_caches_or_machine_ids_hold_build_data(container: Container) -> None:
+    """A log or ldconfig's aux-cache (it holds inode numbers) differs on every build: emptied, never left."""
+    left = container.root.check_output(
+        "find /var/log /var/cache/ldconfig /var/cache/apt /etc/machine-id /var/lib/dbus/machine-id "
+        "-xdev -type f -size +0 2>/dev/null | head -20 || true"
+    )
+    assert not left, f"files a build writes differently every time, left with content:\n{left}"
+
+
+def test_every_file_has_a_time_no_later_than_the_source(container: Container, image: Image) -> None:
+    """dl-normalize sets what each step wrote to SOURCE_DATE_EPOCH (the image's `created`): no file is newer."""
+    created = container.root.check_output("date -u -d %s +%%s", image.created)
+    newer = container.root.check_output(
+        # Not what the container runtime itself writes when it starts the container: /, /etc, /etc/mtab, ...
+        "find / -mindepth 1 -xdev \\( -path /proc -o -path /sys -o -path /dev -o -path /etc/hosts "
+        "-o -path /etc/hostname -o -path /etc/resolv.conf -o -path /etc/mtab -o -path /.dockerenv \\) -prune "
+        "-o ! -path /etc -newermt @%s -print 2>/dev/null | head -20",
+        created,
+    )
+    assert not newer, f"files newer than the image's created time ({image.created}):\n{newer}"
+
+
+def test_python_bytecode_is_hash_based(container: Container) -> None:
+    """pip compiled with SOURCE_DATE_EPOCH set: .pyc files carry the source's hash, not its time (PEP 552)."""
+    script = (
+        "import pathlib, sys; pycs = sorted(pathlib.Path(sys.prefix).rglob('*.pyc'))[:2000]; "
+        "timed = [str(p) for p in pycs if int.from_bytes(p.read_bytes()[4:8], 'little') == 0]; "
+        "print(len(pycs), len(timed)); print(*timed[:10], sep='\\n')"
+    )
+    out = container.root.check_output(f"{VENV}/bin/python -c %s", script).splitlines()
+    total, timed = map(int, out[0].split())
+    assert total > 100, f"only {total} .pyc files in the venv"
+    assert timed == 0, f"{timed} of {total} .pyc files are timestamp-based, e.g.:\n" + "\n".join(out[1:])
+
+
+def test_the_image_keeps_its_lock(container: Container, image: Image) -> None:
+    if image.label("locked") != "true":
+        pytest.skip("this cell is not locked (its packages are on an index that was not reachable when locking)")
+    lock = container.root.file(f"{VENV}/requirements.lock")
+    assert lock.exists and "--hash=sha256:" in lock.content_string
+    installed = pip_packages(container)
+    pinned = dict(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?) ", lock.content_string, re.MULTILINE))
+    wrong = {
+        name: (version, installed.get(name.lower().replace("_", "-")))
+        for name, version in pinned.items()
+        if installed.get(name.lower().replace("_", "-")) != version
+    }
+    assert not wrong, f"installed versions that differ from the lock (lock, installed): {wrong}"
+
+
 def test_no_pip_cache(container: Container) -> None:
     for cache in ("/home/dev/.cache/pip", "/root/.cache/pip"):
         left = container.root.check_output("find %s -mindepth 1 2>/dev/null | head -5 || true", cache)

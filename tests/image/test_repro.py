@@ -55,10 +55,11 @@ def test_repro_names_the_file_that_makes_a_dockerfile_unreproducible(base: str, 
     done = invoke(REPO, "repro", "--dockerfile", str(dockerfile), timeout=300)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
-    assert "DIFFERENT" in out
-    [line] = [line for line in out.splitlines() if "/built-at" in line]
+    report = out[out.index("DIFFERENT:") :]  # after the build logs, which echo each RUN line
+    [line] = [line for line in report.splitlines() if "/built-at:" in line]
     assert "content" in line and "time" not in line, line  # the date is in the bytes; the file time is fixed
-    assert "/same" not in out, "a file written the same way twice must not be reported"
+    assert "/same:" not in report, "a file written the same way twice must not be reported"
+    assert "layer 2: RUN" in report and "date +%s%N > /built-at" in report, "the layer is named by its step"
     ids = re.findall(r"cold build \d: (sha256:[0-9a-f]{64})", out)
     assert len(set(ids)) == 2
     for image in ids:

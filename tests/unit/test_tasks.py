@@ -115,9 +115,11 @@ def test_matrix_json_describes_every_cell(invoke: Cli) -> None:
         "base_image",
         "min_driver",
         "dockerfile",
+        "lock",
     }
     for cell in cells:
         assert keys <= set(cell), cell
+        assert cell["lock"] in ("locked", "stale", "unlocked", "broken")
         assert isinstance(cell["tags"], list) and cell["tags"]
         assert cell["framework_version"].count(".") == 2  # the full release, not the partial flag
         assert (REPO / cell["dockerfile"]).is_file()
@@ -141,7 +143,13 @@ def test_matrix_table_lists_the_cells(invoke: Cli) -> None:
     assert result.returncode == 0, result.stderr
     assert "v1.0-cuda11.8-torch2.1.2-py3.10-runtime, v1.0" in result.stdout
     cells, excluded = _counts()
-    assert f"\n{cells} valid cells; `invoke matrix --explain` shows the {excluded} excluded.\n" in result.stdout
+    assert f"\n{cells} valid cells (" in result.stdout
+    assert f"`invoke matrix --explain` shows the {excluded} excluded.\n" in result.stdout
+    # Which cells are locked is a column: a PyPI-only cell is, one on PyTorch's own index (not reachable) is not.
+    [pypi] = [line for line in result.stdout.splitlines() if "v1.0-cuda12.1-torch2.1.2-py3.11-runtime" in line]
+    [index] = [line for line in result.stdout.splitlines() if "v1.0-cuda11.8-torch2.1.2-py3.11-runtime" in line]
+    assert " locked " in pypi and " unlocked " in index
+    assert " not locked: pip resolves them at build time" in result.stdout
 
 
 def test_matrix_explain_lists_the_exclusions(invoke: Cli) -> None:

@@ -63,12 +63,6 @@ RUN --mount=type=tmpfs,target=/mnt \
         zsh \
  && /mnt/dl-normalize
 # A non-root user owns the Python environment, so `pip install` works without sudo; pip runs as that user.
-RUN --mount=type=tmpfs,target=/mnt \
-    --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
-    umask 0022 \
- && useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev \
- && install -d -o dev -g dev /workspace /opt/venv /home/dev/.cache /home/dev/.cache/pip \
- && /mnt/dl-normalize
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH}
 RUN --mount=type=tmpfs,target=/mnt \
@@ -78,6 +72,8 @@ RUN --mount=type=tmpfs,target=/mnt \
     umask 0022 \
  && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
  && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+ && useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev \
+ && install -d -o dev -g dev /workspace /opt/venv /home/dev/.cache /home/dev/.cache/pip \
  && export HOME=/home/dev \
  && setpriv --reuid=1000 --regid=1000 --clear-groups python3 -m venv /opt/venv \
  && setpriv --reuid=1000 --regid=1000 --clear-groups /opt/venv/bin/python -m pip install --no-cache-dir pip==24.3.1 \
@@ -130,21 +126,19 @@ RUN --mount=type=tmpfs,target=/mnt \
         "scipy==1.10.1" \
  && /mnt/dl-normalize
 # JupyterLab answers on 8888; the token comes from JUPYTER_TOKEN, else Jupyter makes a random one and logs it.
+# Its configuration (assets/jupyter_server_config.py) is installed with the shell's files, in one step.
+EXPOSE 8888
+# Shell comfort, JupyterLab's configuration and the image's own commands: dl-smoke (GPU smoke test).
+# One step for all these small files: each step costs about a second (a container start, dl-normalize's walk).
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
     --mount=type=bind,source=assets/jupyter_server_config.py,target=/mnt/jupyter_server_config.py \
-    umask 0022 \
- && install -D -m 0644 /mnt/jupyter_server_config.py /etc/jupyter/jupyter_server_config.py \
- && /mnt/dl-normalize
-EXPOSE 8888
-# Shell comfort and the image's own commands: dl-smoke (GPU smoke test).
-RUN --mount=type=tmpfs,target=/mnt \
-    --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
     --mount=type=bind,source=assets/zshrc,target=/mnt/zshrc \
     --mount=type=bind,source=assets/dl_stack.py,target=/mnt/dl_stack.py \
     --mount=type=bind,source=assets/dl-entrypoint,target=/mnt/dl-entrypoint \
     --mount=type=bind,source=assets/dl-smoke,target=/mnt/dl-smoke \
     umask 0022 \
+ && install -D -m 0644 /mnt/jupyter_server_config.py /etc/jupyter/jupyter_server_config.py \
  && install -m 0644 -o dev -g dev /mnt/zshrc /home/dev/.zshrc \
  && install -m 0755 /mnt/dl-entrypoint /mnt/dl-smoke /usr/local/bin/ \
  && install -m 0644 /mnt/dl_stack.py /usr/local/bin/dl_stack.py \
