@@ -190,11 +190,12 @@ def plan_builds(
 
 
 def source_date_epoch(root: Path, cell: Cell, runner: Runner) -> int:
-    """SOURCE_DATE_EPOCH for a cell: the time of the last commit that changed what its build reads (its folder
-    under images/: Dockerfile, locks, cell.json; and images/assets/). The same commit always gives the same time,
-    and commits that leave the cell alone keep it, so they keep the build cache too. 0 outside a git checkout."""
-    paths = [f"images/{cell.framework}/{cell.slug}", "images/assets"]
-    done = runner(["git", "-C", str(root), "log", "-1", "--format=%ct", "--", *paths])
+    """SOURCE_DATE_EPOCH for a cell: the time of the last commit that changed the cell's folder under images/ (its
+    Dockerfile, locks and cell.json). The same commit always gives the same time, so builds are reproducible; and
+    commits that leave the folder alone keep it, so they keep the build cache: a change to a shared asset (zshrc,
+    dl-smoke) rebuilds only the step that installs it, not the 5 GB framework layer. 0 outside a git checkout."""
+    folder = f"images/{cell.framework}/{cell.slug}"
+    done = runner(["git", "-C", str(root), "log", "-1", "--format=%ct", "--", folder])
     if not done.ok or not done.out.strip():
         done = runner(["git", "-C", str(root), "log", "-1", "--format=%ct"])  # a cell not committed yet
     text = done.out.strip()

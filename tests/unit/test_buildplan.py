@@ -149,7 +149,8 @@ def test_every_plan_labels_the_image_with_the_revision(matrix: Matrix, expansion
 def test_source_date_epoch_is_the_last_commit_that_changed_the_cell(
     tmp_path: Path, expansion: Expansion, matrix: Matrix
 ) -> None:
-    """Same commit, same epoch; a commit elsewhere keeps it (and the build cache); one touching the cell moves it."""
+    """Same commit, same epoch; a commit elsewhere (a shared asset too) keeps it and so the build cache; one touching
+    the cell moves it."""
     first, other = expansion.cells[0], expansion.cells[1]
     assert source_date_epoch(tmp_path, first, DEFAULT) == 0  # not a git checkout
     git(tmp_path, "init", "-q")
@@ -170,6 +171,11 @@ def test_source_date_epoch_is_the_last_commit_that_changed_the_cell(
             "GIT_AUTHOR_DATE": "@1700000500 +0000", "PATH": "/usr/bin:/bin"})  # fmt: skip
     assert source_date_epoch(tmp_path, first, DEFAULT) == 1700000000
     assert source_date_epoch(tmp_path, other, DEFAULT) == 1700000500
+    (tmp_path / "images/assets/zshrc").write_text("# a shared asset changed\n")
+    git(tmp_path, "add", ".")
+    DEFAULT(["git", "-C", str(tmp_path), *env_commit, "-m", "three"], env={"GIT_COMMITTER_DATE": "@1700000900 +0000",
+            "GIT_AUTHOR_DATE": "@1700000900 +0000", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert source_date_epoch(tmp_path, first, DEFAULT) == 1700000000
     plans = plan_builds(matrix, [first], "none", Secrets(), tmp_path, "r", {first.slug: 1700000000})
     assert "SOURCE_DATE_EPOCH=1700000000" in plans[0].build
     assert "--provenance=false" in plans[0].build and "--sbom=false" in plans[0].build
