@@ -164,8 +164,11 @@ def _mirror_step(tmp_path: Path, slug: str, build_args: dict[str, str], show: st
     step = environment(REPO).get_template("partials/mirrors.j2").render(cell=real)
     ubuntu = "COPY ubuntu.list /etc/apt/sources.list\n" if real.os_family == "ubuntu" else ""
     (tmp_path / "ubuntu.list").write_text(UBUNTU_SOURCES, encoding="utf-8")
+    (tmp_path / "assets").mkdir()  # every step ends with dl-normalize, bind-mounted from the context's assets/
+    shutil.copy2(REPO / "templates/assets/dl-normalize", tmp_path / "assets/dl-normalize")
     (tmp_path / "Dockerfile").write_text(
-        f'FROM {BASE}\nSHELL ["/bin/bash", "-o", "pipefail", "-c"]\n{ubuntu}{step}', encoding="utf-8"
+        f'FROM {BASE}\nSHELL ["/bin/bash", "-o", "pipefail", "-c"]\nARG SOURCE_DATE_EPOCH=0\n{ubuntu}{step}',
+        encoding="utf-8",
     )
     argv = ["buildx", "build", "--progress=plain", "--no-cache", "--load", "--iidfile", str(tmp_path / "iid")]
     for name, value in build_args.items():

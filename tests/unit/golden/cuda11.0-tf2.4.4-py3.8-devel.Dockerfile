@@ -96,6 +96,7 @@ RUN --mount=type=tmpfs,target=/mnt \
         "pandas==1.3.5" \
         "scipy==1.6.3" \
         > /opt/venv/constraints.txt \
+ && chown dev:dev /opt/venv/constraints.txt \
  && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --constraint /opt/venv/constraints.txt \
         "tensorflow==2.4.4" \
  && /mnt/dl-normalize

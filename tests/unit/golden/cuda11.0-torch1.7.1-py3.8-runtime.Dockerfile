@@ -105,6 +105,7 @@ RUN --mount=type=tmpfs,target=/mnt \
         "pandas==2.0.3" \
         "scipy==1.10.1" \
         > /opt/venv/constraints.txt \
+ && chown dev:dev /opt/venv/constraints.txt \
  && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --constraint /opt/venv/constraints.txt \
         "torch==1.7.1+cu110" \
         "torchaudio==0.7.2" \

@@ -97,6 +97,7 @@ RUN --mount=type=tmpfs,target=/mnt \
         "pandas==2.0.3" \
         "scipy==1.10.1" \
         > /opt/venv/constraints.txt \
+ && chown dev:dev /opt/venv/constraints.txt \
  && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --constraint /opt/venv/constraints.txt \
         "tensorflow==2.13.1" \
  && /mnt/dl-normalize
