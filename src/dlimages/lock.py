@@ -33,7 +33,6 @@ LOCK_FILES = (LOCK, FRAMEWORK_LOCK, PIP_LOCK)
 # glibc 2.28: every OS the matrix builds on has at least that (Ubuntu 20.04: 2.31), and manylinux wheels up to
 # 2_28 cover every framework release of the matrix.
 PLATFORM = "x86_64-manylinux_2_28"
-PYPI = "https://pypi.org/simple"
 RESOLVE_TIMEOUT_S = 300.0  # TF 2.4.4 with its pinned data stack on Python 3.8: 17 s here; pip alone never ended
 FORMAT = 1  # bump when the lock layout changes, so every lock reads as stale
 INSTALL_FLAGS = "--no-deps --require-hashes --only-binary=:all:"
@@ -248,8 +247,9 @@ def compile_argv(lock: LockInput, requirements: Path, output: Path, upgrade: Seq
     argv = ["uv", "pip", "compile", str(requirements), "--output-file", str(output), "--no-config", "--quiet"]
     argv += ["--python-version", lock.python, "--python-platform", lock.platform]
     argv += ["--generate-hashes", "--only-binary", ":all:", "--no-header", "--annotation-style", "split"]
-    # The system's CA store: behind a TLS-intercepting proxy uv's bundled roots are not enough.
-    argv += ["--native-tls", "--default-index", PYPI]
+    # The system's CA store: behind a TLS-intercepting proxy uv's bundled roots are not enough. The index is uv's
+    # default, PyPI (or what UV_DEFAULT_INDEX names: a true mirror serves the same files, so the same hashes).
+    argv += ["--native-tls"]
     if lock.extra_index_url:
         argv += ["--extra-index-url", lock.extra_index_url]
     if lock.find_links:
