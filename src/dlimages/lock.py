@@ -35,6 +35,10 @@ LOCK_FILES = (LOCK, FRAMEWORK_LOCK, PIP_LOCK)
 PLATFORM = "x86_64-manylinux_2_28"
 RESOLVE_TIMEOUT_S = 300.0  # TF 2.4.4 with its pinned data stack on Python 3.8: 17 s here; pip alone never ended
 FORMAT = 1  # bump when the lock layout changes, so every lock reads as stale
+# Installed with pip in the venv's first step (pip.lock). The venv comes with the OS's own setuptools; were it
+# replaced in a later step, that step's layer would hold whiteouts stamped with the time of the build.
+BOOTSTRAP = ("pip", "setuptools")
+BOOTSTRAP_UNPINNED = ("setuptools",)  # the newest the cell's Python and packages allow (the lock pins it)
 INSTALL_FLAGS = "--no-deps --require-hashes --only-binary=:all:"
 
 
@@ -96,7 +100,12 @@ class LockInput:
 def lock_input(cell: Cell, pip_version: str) -> LockInput:
     install = cell.install
     return LockInput(
-        requirements=(f"pip=={pip_version}", *install.requirements, *(f"{n}=={v}" for n, v in cell.packages)),
+        requirements=(
+            f"pip=={pip_version}",
+            *BOOTSTRAP_UNPINNED,
+            *install.requirements,
+            *(f"{n}=={v}" for n, v in cell.packages),
+        ),
         roots=tuple(dict.fromkeys(requirement_name(r) for r in install.requirements)),
         python=cell.python,
         extra_index_url=install.index_url,
@@ -181,7 +190,7 @@ def lock_files(cell: Cell, lock: LockInput, pins: Sequence[Pin], uv_version: str
     parts = {
         LOCK: ("the complete environment", pins),
         FRAMEWORK_LOCK: ("the framework and what it requires", [p for p in pins if p.name in framework]),
-        PIP_LOCK: ("pip, which installs the rest", [p for p in pins if p.name == "pip"]),
+        PIP_LOCK: ("pip and setuptools, installed first", [p for p in pins if p.name in BOOTSTRAP]),
     }
     return {
         name: header(cell, lock, uv_version, part) + "".join(f"{pin.text}\n" for pin in chosen)

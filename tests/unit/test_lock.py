@@ -47,6 +47,9 @@ numpy==1.24.4 \\
 pip==24.3.1 \\
     --hash=sha256:ffff
     # via -r requirements.in
+setuptools==75.3.0 \\
+    --hash=sha256:abcd
+    # via -r requirements.in
 sympy==1.12 \\
     --hash=sha256:1111
     # via torch
@@ -85,7 +88,7 @@ def names(pins: Sequence[lock.Pin]) -> list[str]:
 
 def test_uv_output_is_read_pin_by_pin_with_who_required_each() -> None:
     pins = lock.parse_compiled(UV_OUTPUT)
-    assert len(pins) == 12
+    assert len(pins) == 13
     by_name = {pin.name: pin for pin in pins}
     assert by_name["filelock"].parents == ("torch", "triton")
     assert by_name["numpy"].parents == ("-r", "torchvision")
@@ -100,7 +103,7 @@ def test_the_framework_slice_is_the_framework_and_everything_it_pulls_in() -> No
     assert wanted == {
         "torch", "torchvision", "torchaudio", "filelock", "numpy", "sympy", "mpmath", "triton", "typing-extensions"
     }  # fmt: skip
-    assert "jupyterlab" not in wanted and "tornado" not in wanted and "pip" not in wanted
+    assert "jupyterlab" not in wanted and "tornado" not in wanted and "pip" not in wanted and "setuptools" not in wanted
 
 
 def test_lock_files_are_three_slices_of_one_resolution_each_naming_its_input(pypi_cell: Cell) -> None:
@@ -112,7 +115,7 @@ def test_lock_files_are_three_slices_of_one_resolution_each_naming_its_input(pyp
         assert "invoke lock --cuda 12.1 --torch 2.1.2 --python 3.10 --flavor runtime" in text
         assert "uv 0.13.9" in text
     assert names(lock.parse_compiled(files["requirements.lock"])) == names(lock.parse_compiled(UV_OUTPUT))
-    assert names(lock.parse_compiled(files["pip.lock"])) == ["pip"]
+    assert names(lock.parse_compiled(files["pip.lock"])) == ["pip", "setuptools"]
     framework = names(lock.parse_compiled(files["framework.lock"]))
     assert "torch" in framework and "jupyterlab" not in framework and "pip" not in framework
 
@@ -140,7 +143,7 @@ def test_the_input_digest_moves_with_every_pin_python_and_index_and_nothing_else
 
 def test_the_input_holds_pip_the_framework_and_the_package_set(pypi_cell: Cell) -> None:
     locked = lock.lock_input(pypi_cell, PIP)
-    assert locked.requirements[0] == "pip==24.3.1"
+    assert locked.requirements[:2] == ("pip==24.3.1", "setuptools")
     assert "torch==2.1.2" in locked.requirements
     assert all(f"{n}=={v}" in locked.requirements for n, v in pypi_cell.packages)
     assert locked.roots[0] == "torch" and locked.pypi_only
@@ -231,7 +234,7 @@ def test_a_resolution_writes_the_lock_and_says_so(tmp_path: Path, pypi_cell: Cel
     assert lock.lock_state(tmp_path, pypi_cell, PIP).status == "locked"
     # uv runs in its scratch folder on relative names: no temporary path reaches the committed lock.
     assert all(not Path(word).is_absolute() for word in calls[-1][3:6]) and "requirements.in" in calls[-1]
-    assert said[0].startswith(f"locked {PYPI_CELL[1]}: 21 packages in ")
+    assert said[0].startswith(f"locked {PYPI_CELL[1]}: 22 packages in ")
 
 
 def test_a_resolution_that_hangs_is_stopped_and_names_the_requirements(tmp_path: Path, pypi_cell: Cell) -> None:
