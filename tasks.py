@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import shlex
 import sys
 import tempfile
 import time
@@ -17,21 +18,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from invoke import Context, task
+from invoke import Collection, Context, task
 from invoke.exceptions import Exit
 
-from dlimages import baselock, inimage
+from dlimages import baselock, basesource, inimage
 from dlimages import ci as ci_plan
 from dlimages import doctor as node_doctor
 from dlimages import lock as lock_files
 from dlimages import repro as reproducibility
 from dlimages.base import make_base_argv, missing_bases
 from dlimages.builder import all_built, run_builds, summary_table
-from dlimages.buildplan import Secrets, plan_builds, source_date_epoch, source_revision
+from dlimages.buildplan import BuildPlan, Secrets, local_bases, plan_run
+from dlimages.cells import Cell
+from dlimages.engine import NO_SETUP_HELP, EngineUnavailable, ensure_engine, setup_allowed
 from dlimages.errors import InputError, Problem
 from dlimages.ledger import LEDGER_FILE, Ledger
 from dlimages.project import Project, find_root
-from dlimages.push import MAX_RETRIES, PushError, PushInterrupted, push_image, retries_from_flag
+from dlimages.push import MAX_RETRIES, PushError, PushInterrupted, plan_push, push_image, retries_from_flag
 from dlimages.report import build_report, image_manifest, report_target, write_report
 from dlimages.runner import DEFAULT as RUNNER
 from dlimages.selection import Selection, select
@@ -74,6 +77,20 @@ def _print_line(line: str) -> None:
     print(line, flush=True)
 
 
+def _engine(no_engine_setup: bool, *, buildx: bool = True) -> None:
+    """Make sure an engine answers: start one (scripts/engine.sh) unless the person manages Docker themselves."""
+    try:
+        ensure_engine(_project().root, RUNNER, setup=setup_allowed(no_engine_setup), on_line=_print_line, buildx=buildx)
+    except EngineUnavailable as error:
+        raise Exit(f"error: {error}", code=1) from None
+
+
+def _make_local_bases(c: Context, images: list[str]) -> None:
+    for image in missing_bases(images, RUNNER):
+        print(f"{image} is missing: making it with `invoke base`")
+        base(c, no_engine_setup=True)
+
+
 @task(help={"json": "print a JSON array, one object per cell", "explain": "show every excluded combination and why"})
 @reports_input_errors
 def matrix(c: Context, json_: bool = False, explain: bool = False) -> None:
@@ -112,12 +129,20 @@ def render(c: Context, check: bool = False) -> None:
     print(f"{len(changed)} of {total} files changed.")
 
 
+ENGINE_HELP = {"no_engine_setup": NO_SETUP_HELP}
+BUILD_HELP = {
+    **SELECT_HELP,
+    "mirror": "mirror profile: none, daocloud, tuna, aliyun, ustc (matrix.yaml) or host (this machine's apt mirror)",
+    "base_registry": "take every base image from this registry, HOST[:PORT][/PATH] (after `invoke bases.mirror --to`)",
+    "ca_bundle": "extra CA bundle for pip inside the build (a BuildKit secret); default: this host's bundle",
+    **ENGINE_HELP,
+}
+
+
 @task(
     help={
-        **SELECT_HELP,
-        "mirror": "mirror profile: none, tuna, aliyun, ustc (matrix.yaml) or host (this machine's apt mirror)",
+        **BUILD_HELP,
         "dry_run": "print the exact docker commands and tags; touch nothing",
-        "ca_bundle": "extra CA bundle for pip inside the build (a BuildKit secret); default: this host's bundle",
         "netrc": "netrc file with private-index credentials (a BuildKit secret)",
         "keep_going": "after a failed cell, build the remaining ones (the exit code still reports the failure)",
     }
@@ -131,28 +156,24 @@ def build(
     python: str | None = None,
     flavor: str | None = None,
     mirror: str = "none",
+    base_registry: str | None = None,
     dry_run: bool = False,
     ca_bundle: str | None = None,
     netrc: str | None = None,
     keep_going: bool = False,
+    no_engine_setup: bool = False,
 ) -> None:
     """Build the selected cells (--dry-run prints the commands and tags)."""
     project = _project()
     cells = select(project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor))
     secrets = Secrets.from_flags(ca_bundle, netrc)
-    revision = source_revision(project.root, RUNNER)
-    epochs = {cell.slug: source_date_epoch(project.root, cell, RUNNER) for cell in cells}
-    workdir = Path(tempfile.gettempdir()) / "dlimages"
-    plans = plan_builds(project.matrix, cells, mirror, secrets, workdir, revision, epochs, project.root)
+    plans = _plans(project, cells, mirror, secrets, base_registry, resolve_bases=False)  # every flag checked
     if dry_run:
         print("\n\n".join(plan.describe() for plan in plans))
         return
-    problem = RUNNER.engine_problem()
-    if problem:
-        raise Exit(f"error: cannot build: {problem}", code=1)
-    for image in missing_bases(cells, RUNNER):
-        print(f"{image} is missing: making it with `invoke base`")
-        base(c)
+    _engine(no_engine_setup)  # installs skopeo too, which asks a base registry for digests
+    plans = _plans(project, cells, mirror, secrets, base_registry)
+    _make_local_bases(c, local_bases(plans))
     try:
         results = run_builds(plans, project.root, keep_going=keep_going)
     except KeyboardInterrupt:
@@ -165,14 +186,39 @@ def build(
         raise Exit(code=1)
 
 
+def _plans(
+    project: Project,
+    cells: list[Cell],
+    mirror: str,
+    secrets: Secrets,
+    base_registry: str | None,
+    *,
+    resolve_bases: bool = True,
+) -> list[BuildPlan]:
+    workdir = Path(tempfile.gettempdir()) / "dlimages"
+    try:
+        return plan_run(
+            project.root,
+            project.matrix,
+            cells,
+            mirror,
+            secrets,
+            RUNNER,
+            workdir=workdir,
+            base_registry=base_registry,
+            every_cell=project.expansion.cells,
+            resolve_bases=resolve_bases,
+        )
+    except basesource.BaseUnavailable as error:
+        raise Exit(str(error), code=1) from None
+
+
 @task(
     help={
-        **SELECT_HELP,
+        **BUILD_HELP,
         "against": "compare one cold build with this local image (e.g. the one `invoke build` made) instead of two",
         "dockerfile": "check any Dockerfile instead of a cell (built with the cells' reproducibility settings)",
         "context": "the build context for --dockerfile (default: the Dockerfile's folder)",
-        "mirror": "mirror profile for the cell's build (as `invoke build --mirror`)",
-        "ca_bundle": "extra CA bundle for pip inside the build (a BuildKit secret); default: this host's bundle",
     }
 )
 @reports_input_errors
@@ -187,27 +233,26 @@ def repro(
     dockerfile: str | None = None,
     context: str | None = None,
     mirror: str = "none",
+    base_registry: str | None = None,
     ca_bundle: str | None = None,
+    no_engine_setup: bool = False,
 ) -> None:
     """Prove a build reproducible: build it cold twice (or once --against an image) and name every difference."""
     project = _project()
-    problem = RUNNER.engine_problem()
-    if problem:
-        raise Exit(f"error: cannot build: {problem}", code=1)
     workdir = Path(tempfile.gettempdir()) / "dlimages"
     if dockerfile is not None:
+        _engine(no_engine_setup)
         name, dirty = dockerfile, False
         builds = [(name, reproducibility.dockerfile_build(*reproducibility.dockerfile_flags(dockerfile, context)))]
     else:
         cells = select(project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor))
-        revision = source_revision(project.root, RUNNER)
-        epochs = {cell.slug: source_date_epoch(project.root, cell, RUNNER) for cell in cells}
         secrets = Secrets.from_flags(ca_bundle, None)
-        plans = plan_builds(project.matrix, cells, mirror, secrets, workdir, revision, epochs, project.root)
-        for image in missing_bases(cells, RUNNER):
-            print(f"{image} is missing: making it with `invoke base`")
-            base(c)
-        builds, dirty = [(plan.cell.slug, plan.build) for plan in plans], revision.endswith("-dirty")
+        _plans(project, cells, mirror, secrets, base_registry, resolve_bases=False)  # every flag checked
+        _engine(no_engine_setup)
+        plans = _plans(project, cells, mirror, secrets, base_registry)
+        _make_local_bases(c, local_bases(plans))
+        builds = [(plan.cell.slug, plan.build) for plan in plans]
+        dirty = any(plan.build_arg("REVISION").endswith("-dirty") for plan in plans)
     outcomes = [
         reproducibility.reproduce(name, argv, project.root, RUNNER, workdir, against=against, dirty=dirty)
         for name, argv in builds
@@ -264,26 +309,34 @@ def lock(
     help={
         "mirror": "Debian mirror URL to bootstrap from (default: read from this host's apt sources)",
         "check": "build the tarball twice and fail unless both, and the image IDs, are identical",
+        **ENGINE_HELP,
     }
 )
 @reports_input_errors
-def base(c: Context, mirror: str | None = None, check: bool = False) -> None:
+def base(c: Context, mirror: str | None = None, check: bool = False, no_engine_setup: bool = False) -> None:
     """Make the offline Debian 12 base image (mmdebstrap, then `docker load` with a fixed config: same ID each time)."""
-    code = RUNNER.stream(make_base_argv(_project().root, mirror, check=check), _print_line)
+    argv = make_base_argv(_project().root, mirror, check=check)
+    _engine(no_engine_setup, buildx=False)
+    code = RUNNER.stream(argv, _print_line)
     if code:
         raise Exit(f"error: scripts/make-base.sh exited {code}", code=1)
 
 
+BASES_SELECT_HELP = {
+    **SELECT_HELP,
+    "python": "Python version, e.g. 3.10 (default: every Python)",
+    "flavor": "runtime or devel (default: both)",
+}
+
+
 @task(
     help={
-        **SELECT_HELP,
-        "python": "Python version, e.g. 3.10 (default: every Python)",
-        "flavor": "runtime or devel (default: both)",
+        **BASES_SELECT_HELP,
         "lock": "ask each registry for the digest every base tag names now and record it in images/bases.lock.json",
-    }
+    },
 )
 @reports_input_errors
-def bases(
+def bases_list(
     c: Context,
     cuda: str | None = None,
     torch: str | None = None,
@@ -315,15 +368,66 @@ def bases(
 
 @task(
     iterable=["image"],
-    help={"image": "image to test (repeatable); default: the images the last `invoke build` made"},
+    help={
+        **BASES_SELECT_HELP,
+        "to": "the registry to copy into, HOST[:PORT][/PATH]; builds then take bases from it with --base-registry",
+        "image": "also copy this image (repeatable): a local one from this engine, else from its registry",
+        "dry_run": "print the skopeo commands; copy nothing",
+        **ENGINE_HELP,
+    },
 )
 @reports_input_errors
-def test(c: Context, image: list[str]) -> None:
+def bases_mirror(
+    c: Context,
+    to: str | None = None,
+    cuda: str | None = None,
+    torch: str | None = None,
+    tf: str | None = None,
+    python: str | None = None,
+    flavor: str | None = None,
+    image: list[str] | None = None,
+    dry_run: bool = False,
+    no_engine_setup: bool = False,
+) -> None:
+    """Copy every base image the selected cells use into a registry of your own (skopeo, all layers, by digest)."""
+    if not to:
+        raise InputError([Problem("--to", "give the registry to copy into", "HOST[:PORT][/PATH]")])
+    project = _project()
+    cells = select(
+        project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor), defaults=False
+    )
+    extra = inimage.check_images(image or [])
+    lock = baselock.BaseLock.load(project.root / baselock.LOCK_FILE)
+    if not dry_run:
+        _engine(no_engine_setup, buildx=False)
+        _make_local_bases(c, [cell.base_image for cell in cells if cell.bootstrap_base])
+    copies = basesource.mirror_copies(cells, to, lock, extra, local=RUNNER.image_exists)
+    workdir = Path(tempfile.gettempdir()) / "dlimages"
+    if dry_run:
+        print("\n".join(shlex.join(item.argv(workdir / "copy.digest")) for item in copies))
+        return
+    results = []
+    for number, item in enumerate(copies, start=1):
+        print(f"[{number}/{len(copies)}] {item.source} -> {item.destination}", flush=True)
+        results.append(basesource.copy(item, RUNNER, workdir, _print_line))
+        print(results[-1], flush=True)
+    print(f"{sum(r.ok for r in results)} of {len(results)} images copied to {to}; build with --base-registry {to}")
+    if not all(r.ok for r in results):
+        raise Exit(code=1)
+
+
+@task(
+    iterable=["image"],
+    help={"image": "image to test (repeatable); default: the images the last `invoke build` made", **ENGINE_HELP},
+)
+@reports_input_errors
+def test(c: Context, image: list[str], no_engine_setup: bool = False) -> None:
     """Run the image tests (pytest + testinfra) against built images."""
     root = _project().root
     images = inimage.check_images(image) if image else inimage.check_images(Ledger(root).built_refs(), LEDGER)
     if not images:
         raise InputError([Problem("--image", "no image given and no successful `invoke build` recorded")])
+    _engine(no_engine_setup)
     c.run(ci_plan.image_tests(root, sys.executable, images, gpu=False).command + " -m image", pty=False)
 
 
@@ -336,6 +440,7 @@ def test(c: Context, image: list[str]) -> None:
         "retries": f"retries for transient failures, 0 to {MAX_RETRIES} (backoff doubles from 2 s)",
         "force_overwrite": "replace another image a registry already has under an immutable tag (never needed for "
         "moving tags such as v1.0)",
+        **ENGINE_HELP,
     },
 )
 @reports_input_errors
@@ -346,6 +451,7 @@ def push(
     report: str = ".work/build-report.json",
     retries: str = "3",  # text, checked by the package: a wrong type is exit 2, not Invoke's traceback
     force_overwrite: bool = False,
+    no_engine_setup: bool = False,
 ) -> None:
     """Push built images to registries, verify each digest by pulling it back, write the build report."""
     ledger = Ledger(_project().root)
@@ -355,6 +461,8 @@ def push(
     refs = image or ledger.built_refs(every_tag=True)
     if not refs:
         raise InputError([Problem("--image", "no image given and no successful `invoke build` recorded")])
+    plan_push(refs, registry)  # every bad ref or registry is exit 2 before anything starts
+    _engine(no_engine_setup, buildx=False)
     try:
         results = push_image(
             refs, registry, retries=attempts, moving=ledger.moving_refs(), force_overwrite=force_overwrite
@@ -375,16 +483,21 @@ def push(
 
 @task(
     iterable=["image"],
-    help={"image": "local image to smoke-test (repeatable)", "no_gpus": "run without --gpus all (expects exit 77)"},
+    help={
+        "image": "local image to smoke-test (repeatable)",
+        "no_gpus": "run without --gpus all (expects exit 77)",
+        **ENGINE_HELP,
+    },
 )
 @reports_input_errors
-def smoke(c: Context, image: list[str], no_gpus: bool = False) -> None:
+def smoke(c: Context, image: list[str], no_gpus: bool = False, no_engine_setup: bool = False) -> None:
     """GPU smoke test inside each image: CUDA visible, versions match labels, a real AMP training step."""
     if not image:
         raise InputError([Problem("--image", "give at least one image")])
+    refs = inimage.check_images(image)
+    _engine(no_engine_setup, buildx=False)
     codes = {
-        ref: inimage.run_in_image(RUNNER, ref, ["dl-smoke"], gpus=not no_gpus, on_line=_print_line)
-        for ref in inimage.check_images(image)
+        ref: inimage.run_in_image(RUNNER, ref, ["dl-smoke"], gpus=not no_gpus, on_line=_print_line) for ref in refs
     }
     for ref, code in codes.items():
         print(f"{ref}: exit {code} ({inimage.meaning(code)})")
@@ -398,16 +511,22 @@ def smoke(c: Context, image: list[str], no_gpus: bool = False) -> None:
         "image": "local image to benchmark",
         "batch_size": "batch size, or MODE=N pairs, e.g. 128,amp_fp16_cl=256",
         "modes": "comma-separated modes (fp32,tf32,amp_fp16,amp_fp16_cl,bf16_cl,compile)",
+        **ENGINE_HELP,
     }
 )
 @reports_input_errors
 def bench(
-    c: Context, image: str | None = None, batch_size: str = "128,amp_fp16_cl=256,bf16_cl=256", modes: str = ""
+    c: Context,
+    image: str | None = None,
+    batch_size: str = "128,amp_fp16_cl=256,bf16_cl=256",
+    modes: str = "",
+    no_engine_setup: bool = False,
 ) -> None:
     """Synthetic ResNet-50 training benchmark inside the image (images/s, peak memory), as JSON."""
     if image is None:
         raise InputError([Problem("--image", "give the image to benchmark")])
     [ref] = inimage.check_images([image])
+    _engine(no_engine_setup, buildx=False)
     # FLAG=VALUE: a value such as --help stays a value that dl-bench refuses (exit 2), never becomes an option.
     command = ["dl-bench", "--json", *(f"--batch-size={size}" for size in batch_size.split(","))]
     command += [f"--modes={modes}"] if modes else []
@@ -456,3 +575,9 @@ def ci(c: Context) -> None:
         print("\n" + "\n".join(f"{name:>40}: {seconds:7.1f} s" for name, seconds in timings), flush=True)
     # Last, so that pytest's closing line is the run's verdict (GPU tests: skipped without a GPU, never passed).
     c.run(ci_plan.image_tests(root, sys.executable, Ledger(root).built_refs()).command, pty=False)
+
+
+bases = Collection("bases")
+bases.add_task(bases_list, name="list", default=True)
+bases.add_task(bases_mirror, name="mirror")
+namespace = Collection(matrix, render, build, repro, lock, base, bases, test, push, smoke, bench, doctor, check, ci)

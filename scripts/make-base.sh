@@ -53,8 +53,8 @@ die() { printf 'make-base.sh: error: %s\n' "$*" >&2; exit 1; }
 
 [[ "$epoch" =~ ^[0-9]+$ ]] || die "--epoch must be whole seconds since 1970, got '$epoch'"
 [[ $EUID -eq 0 ]] || die "must run as root (mmdebstrap --mode=root)"
-command -v mmdebstrap >/dev/null || die "mmdebstrap missing: run .ci/engine.sh first"
-docker info >/dev/null 2>&1 || die "no Docker engine answers: run .ci/engine.sh first"
+command -v mmdebstrap >/dev/null || die "mmdebstrap missing: run scripts/engine.sh first"
+docker info >/dev/null 2>&1 || die "no Docker engine answers: run scripts/engine.sh first"
 # Checked before the minutes mmdebstrap takes: the archive is written by the package.
 "$python" -c 'import dlimages.imagearchive' 2>/dev/null ||
     die "$python cannot import dlimages (pip install -e . first, or give --python)"

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from dlimages.cells import Cell
 from dlimages.errors import InputError, Problem
 from dlimages.grammar import URL_ALLOWED, url_problem
 from dlimages.mirrors import APT_SOURCES, debian_mirrors
@@ -37,7 +36,6 @@ def make_base_argv(
     return [*argv, "--check"] if check else argv
 
 
-def missing_bases(cells: Iterable[Cell], runner: Runner) -> list[str]:
-    """The locally made bases the cells start FROM that the engine does not have, each once."""
-    wanted = dict.fromkeys(cell.base_image for cell in cells if cell.bootstrap_base)
-    return [image for image in wanted if not runner.image_exists(image)]
+def missing_bases(images: Iterable[str], runner: Runner) -> list[str]:
+    """Of the locally made bases `images` (see buildplan.local_bases), those the engine does not have, each once."""
+    return [image for image in dict.fromkeys(images) if not runner.image_exists(image)]

@@ -1,8 +1,9 @@
 """The bases lock: the digest each registry base image's tag named when it was last resolved, so that builds start
 FROM `tag@digest` and a rebuilt or deleted upstream tag (NVIDIA rebuilds and deletes its CUDA tags) changes nothing.
 
-Deciding is pure (`BaseLock.load`/`pinned`, `pulled_bases`, `base_for_build`); only `resolve_digest` and `refresh`
-run a command (`skopeo`, through a `Runner`). Bases made here (`bootstrap_base` cells) are never pulled, never locked.
+Deciding is pure (`BaseLock.load`/`pinned`, `pulled_bases`; what a build starts FROM is dlimages.basesource's);
+only `resolve_digest` and `refresh` run a command (`skopeo`, through a `Runner`). Bases made here (`bootstrap_base`
+cells) are never pulled, never locked.
 """
 
 from __future__ import annotations
@@ -178,17 +179,6 @@ def pulled_bases(cells: Iterable[Cell]) -> list[str]:
     return sorted({cell.base_image for cell in cells if _is_pulled(cell)})
 
 
-def base_for_build(cell: Cell, lock: BaseLock) -> tuple[str, str | None]:
-    """The BASE_IMAGE build argument for `cell` and a warning, or None: a base made here as it is, a recorded one
-    as tag@digest, an unrecorded one by tag with a warning that says so."""
-    if not _is_pulled(cell):
-        return cell.base_image, None
-    pinned = lock.pinned(cell.base_image)
-    if pinned is not None:
-        return pinned, None
-    return cell.base_image, unpinned_warning(cell.base_image)
-
-
 # --- asking the registry -------------------------------------------------------------------------------------------
 
 
@@ -280,7 +270,9 @@ def resolve_digest(
         return Resolved(ref, problem=f"{problem} (allowed: {KEY_ALLOWED})")
     done = runner(skopeo_argv(ref, tls_verify=tls_verify, timeout=timeout), timeout=timeout + 15)
     if done.missing:
-        return Resolved(ref, problem=f"skopeo is not installed ({done.last_line}); `bash .ci/engine.sh` installs it")
+        return Resolved(
+            ref, problem=f"skopeo is not installed ({done.last_line}); `bash scripts/engine.sh` installs it"
+        )
     if done.hung:
         return Resolved(ref, problem=f"the registry did not answer within {timeout:g} s (skopeo was stopped)")
     said = _skopeo_message(done.last_line)

@@ -9,8 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlimages import basesource
 from dlimages.baselock import LOCK_FILE as BASES_LOCK_FILE
-from dlimages.baselock import BaseLock, base_for_build
+from dlimages.baselock import BaseLock
+from dlimages.basesource import BaseChoice, BaseSource, choose, choose_all
 from dlimages.cells import Cell
 from dlimages.errors import InputError, Problem
 from dlimages.lock import lock_state
@@ -103,7 +105,14 @@ class BuildPlan:
     build: list[str]
     iidfile: Path
     mirror: MirrorArgs
-    notes: tuple[str, ...] = ()  # what keeps this build from being reproducible, said before it starts
+    base: BaseChoice
+    notes: tuple[str, ...] = ()  # where the base comes from, what keeps this build from being reproducible
+
+    def build_arg(self, name: str) -> str:
+        """The value the build passes for --build-arg `name` ("" when it passes none)."""
+        prefix = f"{name}="
+        words = [self.build[i + 1] for i, word in enumerate(self.build[:-1]) if word == "--build-arg"]
+        return next((word[len(prefix) :] for word in words if word.startswith(prefix)), "")
 
     def tag_commands(self, image_id: str) -> list[list[str]]:
         return [["docker", "tag", image_id, ref] for ref in self.cell.refs]
@@ -122,6 +131,7 @@ def plan_build(
     mirror: MirrorArgs,
     secrets: Secrets,
     *,
+    base: BaseChoice | None = None,
     base_image: str | None = None,
     iidfile: Path,
     revision: str = UNKNOWN_REVISION,
@@ -132,9 +142,17 @@ def plan_build(
     """Build without tags into an image ID; tags are applied only once the build has succeeded.
 
     SOURCE_DATE_EPOCH (see `source_date_epoch`) stamps history, `created` and every file; no provenance or SBOM
-    attestation, which would carry the build's own time."""
+    attestation, which would carry the build's own time. `base` (default: the cell's base as matrix.yaml names it)
+    is what FROM pulls and what the org.opencontainers.image.base.* labels say; `base_image` is the short form
+    for a pulled base given by reference (name or name@digest)."""
+    if base is None and base_image is not None:
+        name, _, digest = base_image.partition("@")
+        base = BaseChoice(cell.slug, name, digest or None)
+    base = base or BaseChoice(cell.slug, cell.base_image, local=cell.bootstrap_base)
     args = {
-        "BASE_IMAGE": base_image or cell.base_image,
+        "BASE_IMAGE": base.build_arg,
+        "BASE_NAME": base.label_name,
+        "BASE_DIGEST": base.digest or "",
         "SOURCE_DATE_EPOCH": str(epoch),
         "REVISION": revision,
         **mirror.build_args(),
@@ -145,7 +163,7 @@ def plan_build(
         argv += ["--build-arg", f"{name}={value}"]
     argv += secrets.argv()
     argv += ["--iidfile", str(iidfile), IMAGES_DIR]
-    return BuildPlan(cell, argv, iidfile, mirror, tuple(notes))
+    return BuildPlan(cell, argv, iidfile, mirror, base, tuple(notes))
 
 
 def plan_builds(
@@ -157,17 +175,25 @@ def plan_builds(
     revision: str = UNKNOWN_REVISION,
     epochs: Mapping[str, int] | None = None,
     root: Path | None = None,
+    bases: Mapping[str, BaseChoice] | None = None,
+    source: BaseSource | None = None,
 ) -> list[BuildPlan]:
     """One plan per cell with the mirror profile resolved for it; each build writes its image ID under workdir and
     labels the image with the source `revision` (see `source_revision`), its files stamped with `epochs[slug]`.
 
-    With the repo `root`, a pulled base comes by the digest images/bases.lock.json records, and a plan notes what
-    keeps its build from being reproducible: a base with no recorded digest, packages without a lock."""
-    bases = BaseLock.load(root / BASES_LOCK_FILE) if root is not None else BaseLock({})
+    `bases` (see dlimages.basesource) says what each cell starts FROM; by default, with the repo `root`, the base
+    as matrix.yaml names it pinned to the digest images/bases.lock.json records. A plan notes where its base comes
+    from (`source`) and what keeps its build from being reproducible: a base with no digest, packages without a
+    lock."""
+    lock = BaseLock.load(root / BASES_LOCK_FILE) if root is not None else BaseLock({})
+    source = source or BaseSource()
     plans = []
     for cell in cells:
-        base, base_note = base_for_build(cell, bases)
-        notes = [base_note] if base_note and root is not None else []
+        base = (bases or {}).get(cell.slug) or choose(cell, source, lock)
+        notes = [*source.notes()] if source.applies(cell) else []
+        if base.resolve:
+            notes.append(f"{base.name}: its digest is asked of the registry just before the build (not in a dry run)")
+        notes += [base.note] if base.note and root is not None else []
         if root is not None and not lock_state(root, cell, matrix.packages.pip).locked:
             notes.append(
                 "this cell has no lock: pip resolves its packages at build time, so this build is NOT reproducible "
@@ -179,7 +205,7 @@ def plan_builds(
                 cell,
                 resolve(matrix, profile, cell),
                 secrets,
-                base_image=base if root is not None else None,
+                base=base if root is not None or bases is not None else None,
                 iidfile=workdir / f"{cell.slug}.iid",
                 revision=revision,
                 epoch=(epochs or {}).get(cell.slug, 0),
@@ -214,3 +240,34 @@ def source_revision(root: Path, runner: Runner) -> str:
     if not status.ok:
         return UNKNOWN_REVISION
     return f"{commit}-dirty" if status.out.strip() else commit
+
+
+def plan_run(
+    root: Path,
+    matrix: Matrix,
+    cells: Sequence[Cell],
+    profile: str,
+    secrets: Secrets,
+    runner: Runner,
+    *,
+    workdir: Path,
+    base_registry: str | None = None,
+    every_cell: Sequence[Cell] = (),
+    resolve_bases: bool = True,
+) -> list[BuildPlan]:
+    """The plans of one `invoke build`/`invoke repro` run from the checkout at `root`: source revision and epochs
+    from git, bases from `--base-registry` or the profile's registry, pinned by the bases lock or (`resolve_bases`;
+    not in a dry run) by asking that registry now. basesource.BaseUnavailable names a base that cannot be had, with
+    the ways out (`every_cell`: the matrix's cells, to offer one on the offline base)."""
+    source = BaseSource.from_flags(matrix, profile, base_registry)
+    revision = source_revision(root, runner)
+    epochs = {cell.slug: source_date_epoch(root, cell, runner) for cell in cells}
+    choices = choose_all(cells, source, BaseLock.load(root / BASES_LOCK_FILE))
+    if resolve_bases:
+        choices = basesource.resolve(choices, source, every_cell or cells, matrix, runner)
+    return plan_builds(matrix, cells, profile, secrets, workdir, revision, epochs, root, choices, source)
+
+
+def local_bases(plans: Sequence[BuildPlan]) -> list[str]:
+    """The bases made here (`invoke base`) that the plans start FROM, each once."""
+    return list(dict.fromkeys(plan.base.name for plan in plans if plan.base.local))

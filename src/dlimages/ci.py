@@ -54,7 +54,7 @@ def end_to_end(root: Path) -> list[Step]:
     """Engine, checks, real builds of the CI cells, a local registry and the push to it."""
     registry = f"127.0.0.1:{REGISTRY_PORT}"
     return [
-        Step("engine", f"bash {_q(root / '.ci/engine.sh')}"),
+        Step("engine", f"bash {_q(root / 'scripts/engine.sh')}"),
         Step("checks", "invoke check"),
         *(Step(f"build {flags}", f"invoke build {flags}") for flags in BUILDS),
         Step("repro (PyTorch cell)", f"invoke repro {REPRO}"),

@@ -34,11 +34,11 @@ def image_problems(refs: Iterable[str], where: str = "--image") -> list[Problem]
     return problems
 
 
-def registry_problems(registry: str) -> list[Problem]:
-    """Everything wrong with one --registry value, worded for the person who typed it."""
+def registry_problems(registry: str, where: str = "--registry") -> list[Problem]:
+    """Everything wrong with one registry value (HOST[:PORT][/PATH]), worded for the person who typed it."""
 
     def problem(message: str) -> list[Problem]:
-        return [Problem("--registry", f"'{registry}' {message}", REGISTRY_ALLOWED)]
+        return [Problem(where, f"'{registry}' {message}", REGISTRY_ALLOWED)]
 
     if not registry:
         return problem("is empty")

@@ -126,11 +126,9 @@ class Runner:
         if info.hung:
             return "the Docker engine did not answer within 30 s"
         if not info.ok:
-            return (
-                "the Docker engine is not reachable (is dockerd running? `bash .ci/engine.sh` installs and starts one)"
-            )
+            return "the Docker engine is not reachable (`bash scripts/engine.sh` installs and starts one)"
         if buildx and not self.docker("buildx", "version", timeout=30).ok:
-            return "the docker buildx plugin is missing (`bash .ci/engine.sh` installs it)"
+            return "the docker buildx plugin is missing (`bash scripts/engine.sh` installs it)"
         return None
 
 

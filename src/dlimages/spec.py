@@ -22,6 +22,7 @@ from dlimages.grammar import (
     url_problem,
 )
 from dlimages.payload.dl_stack import FRAMEWORKS
+from dlimages.references import registry_problems
 
 MATRIX_FILE = "matrix.yaml"
 
@@ -57,6 +58,13 @@ def _image(value: str) -> str:
     return value
 
 
+def _registry_prefix(value: str) -> str:
+    problems = registry_problems(value, where="registry")
+    if problems:
+        raise ValueError(problems[0].message + f" (allowed: {problems[0].allowed})")
+    return value
+
+
 def _repository(value: str) -> str:
     _checked(repository_problem(value), "the repository", "[registry[:port]/]repository, e.g. nvidia/cuda")
     return value
@@ -69,6 +77,7 @@ SourceUrl = Annotated[str, AfterValidator(_source_url)]  # where a fact comes fr
 WheelsUrl = Annotated[str, AfterValidator(_wheels_url)]  # a find-links page per CUDA build: {variant} is e.g. cu118
 ImageRef = Annotated[str, AfterValidator(_image)]
 Repository = Annotated[str, AfterValidator(_repository)]
+RegistryPrefix = Annotated[str, AfterValidator(_registry_prefix)]  # HOST[:PORT][/PATH] that base paths follow
 
 
 class Model(BaseModel):
@@ -193,8 +202,18 @@ class AptMirrors(Model):
     debian_security: Url
 
 
+class BaseMirror(Model):
+    """Where a profile takes the Docker Hub base images from: `registry` + "/" + the Docker Hub path
+    (ubuntu:22.04 -> REGISTRY/library/ubuntu:22.04), the prefix form public mirrors and Harbor projects use."""
+
+    registry: RegistryPrefix
+    source: SourceUrl  # the operator's own page: how the mirror is addressed, and its limits
+    limits: str  # said in the build log of every build that uses it
+
+
 class MirrorProfile(Model):
     description: str
+    bases: BaseMirror | None = None
     apt: AptMirrors | None = None
     pypi: Url | None = None
     pytorch_wheels: WheelsUrl | None = None
@@ -591,7 +610,7 @@ def cross_check(m: Matrix, f: str) -> list[Problem]:
                     )
                 )
     for name, profile in m.mirrors.items():
-        if name == "none" and (profile.apt or profile.pypi or profile.pytorch_wheels):
+        if name == "none" and (profile.apt or profile.pypi or profile.pytorch_wheels or profile.bases):
             problems.append(Problem(f"{f}: mirrors.none", "the `none` profile must not set any mirror"))
         if profile.pytorch_wheels and "{variant}" not in profile.pytorch_wheels:
             problems.append(

@@ -3,7 +3,7 @@ the one `docker push` printed and the registry serves (also for a manifest with 
 change), a moved tag is followed by a refresh while a build from the old lock still gets the old image, a missing
 tag or a registry that is down keeps what the lock had, and a registry that never answers is reported in time.
 
-Needs the Docker engine with buildx, skopeo and docker-registry (`bash .ci/engine.sh`), no base image: the test
+Needs the Docker engine with buildx, skopeo and docker-registry (`bash scripts/engine.sh`), no base image: the test
 images are built FROM scratch. Without an engine these tests fail, so a broken CI host is not mistaken for a green
 one; DLIMAGES_NO_DOCKER=1 turns that into a skip.
 """
@@ -25,7 +25,8 @@ from typing import Protocol
 
 import pytest
 
-from dlimages.baselock import BaseLock, base_for_build, refresh, resolve_digest, skopeo_argv
+from dlimages.baselock import BaseLock, refresh, resolve_digest, skopeo_argv
+from dlimages.basesource import BaseSource, choose
 from dlimages.project import Project
 from dlimages.runner import DEFAULT as RUNNER
 from dlimages.runner import Result
@@ -68,7 +69,7 @@ def engine() -> None:
     if problem:
         pytest.fail(f"{problem}; or set DLIMAGES_NO_DOCKER=1 to skip the image tests", pytrace=False)
     if shutil.which("skopeo") is None:
-        pytest.fail("skopeo is not installed: `bash .ci/engine.sh` installs it", pytrace=False)
+        pytest.fail("skopeo is not installed: `bash scripts/engine.sh` installs it", pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +146,9 @@ def test_a_moved_tag_is_followed_by_refresh_and_the_old_lock_still_builds_the_ol
 
     # What a build of a cell on this base starts FROM, with the lock from before the rebuild: the first image.
     cell = dataclasses.replace(Project(REPO).expansion.cells[0], base_image=ref, bootstrap_base=False)
-    base, warning = base_for_build(cell, old)
-    assert (base, warning) == (f"{ref}@{first}", None)
+    chosen = choose(cell, BaseSource(), old)
+    base = chosen.build_arg
+    assert (base, chosen.note) == (f"{ref}@{first}", None)
     context, out = tmp_path / "context", tmp_path / "out"
     context.mkdir()
     (context / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n", encoding="utf-8")
@@ -166,7 +168,7 @@ def test_a_moved_tag_is_followed_by_refresh_and_the_old_lock_still_builds_the_ol
     assert results[2].problem.startswith("the registry is not reachable (skopeo: ")
     assert "connection refused" in results[2].problem
     assert dict(new.digests) == {ref: second, gone: first, down: first}
-    assert base_for_build(cell, new) == (f"{ref}@{second}", None)
+    assert choose(cell, BaseSource(), new).build_arg == f"{ref}@{second}"
 
 
 def oci_layout(root: Path, manifest_text: str) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from dlimages.basesource import BaseChoice
 from dlimages.builder import run_build, summary_table
 from dlimages.buildplan import BuildPlan
 from dlimages.cells import Cell
@@ -45,7 +46,7 @@ def plan_for(cell: Cell, tmp_path: Path, body: str) -> BuildPlan:
     (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\n{body}\n", encoding="utf-8")
     argv = ["docker", "buildx", "build", "--progress=plain", "--load", "--file", str(tmp_path / "Dockerfile")]
     argv += ["--iidfile", str(tmp_path / "iid"), str(tmp_path)]
-    return BuildPlan(cell, argv, tmp_path / "iid", MirrorArgs("none"))
+    return BuildPlan(cell, argv, tmp_path / "iid", MirrorArgs("none"), BaseChoice(cell.slug, BASE, local=True))
 
 
 def test_failed_build_tags_nothing(cell: Cell, tmp_path: Path) -> None:

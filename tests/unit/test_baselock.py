@@ -21,7 +21,6 @@ from dlimages.baselock import (
     MAX_LOCK_BYTES,
     BaseLock,
     Resolved,
-    base_for_build,
     pulled_bases,
     refresh,
     registry_is_loopback,
@@ -259,23 +258,6 @@ def test_pulled_bases_of_the_fixture_matrix_skip_its_bootstrap_base(expansion: E
     assert bases == sorted(set(bases))
 
 
-def test_base_for_build_bootstrap_recorded_and_unrecorded(make_cell: Callable[..., Cell]) -> None:
-    lock = BaseLock({UBUNTU: D1, "dlimages/base:debian12": D2})
-    # Made here: as it is, even if someone recorded a digest for it.
-    assert base_for_build(make_cell("dlimages/base:debian12", bootstrap=True), lock) == (
-        "dlimages/base:debian12",
-        None,
-    )
-    assert base_for_build(make_cell(UBUNTU), lock) == (f"{UBUNTU}@{D1}", None)
-    assert base_for_build(make_cell(CUDA), lock) == (
-        CUDA,
-        f"base {CUDA} has no recorded digest in images/bases.lock.json: pulled by tag, so this build is not "
-        "reproducible; `invoke bases --lock` records it where the registry is reachable",
-    )
-    pinned_by_matrix = f"ubuntu:24.04@{D2}"
-    assert base_for_build(make_cell(pinned_by_matrix), lock) == (pinned_by_matrix, None)
-
-
 # --- resolving through skopeo ------------------------------------------------------------------------------------
 
 
@@ -367,7 +349,7 @@ def test_tls_is_verified_except_for_registries_on_this_machine(ref: str, loopbac
         (
             FileNotFoundError(2, "No such file or directory", "skopeo"),
             "skopeo is not installed (cannot run skopeo: [Errno 2] No such file or directory: 'skopeo'); "
-            "`bash .ci/engine.sh` installs it",
+            "`bash scripts/engine.sh` installs it",
         ),
         (
             fatal(UBUNTU, "reading manifest 22.04 in r.example/library/ubuntu: manifest unknown: manifest unknown"),

@@ -62,6 +62,8 @@ def test_argv_never_tags(plan: BuildPlan) -> None:
 def test_argv_passes_the_build_args(plan: BuildPlan) -> None:
     assert _build_args(plan.build) == {
         "BASE_IMAGE": "ubuntu:22.04",
+        "BASE_NAME": "docker.io/library/ubuntu:22.04",
+        "BASE_DIGEST": "",
         "SOURCE_DATE_EPOCH": "0",
         "REVISION": "abc1234",
         "MIRROR_PROFILE": "cloud",
@@ -79,6 +81,8 @@ def test_base_image_can_be_overridden(matrix: Matrix, cell: CellLookup, tmp_path
     pinned = "nvidia/cuda:11.0.3-cudnn8-devel-ubuntu20.04@sha256:" + "0" * 64
     override = plan_build(tf, resolve(matrix, "none", tf), Secrets(), base_image=pinned, iidfile=tmp_path / "iid")
     assert _build_args(override.build)["BASE_IMAGE"] == pinned
+    assert _build_args(override.build)["BASE_NAME"] == "docker.io/nvidia/cuda:11.0.3-cudnn8-devel-ubuntu20.04"
+    assert _build_args(override.build)["BASE_DIGEST"] == "sha256:" + "0" * 64
     assert "--secret" not in override.build
 
 

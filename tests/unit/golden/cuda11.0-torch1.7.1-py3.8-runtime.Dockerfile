@@ -156,10 +156,14 @@ RUN --mount=type=tmpfs,target=/mnt \
  && install -D -m 0644 /mnt/cell.json /etc/dlimages/cell.json \
  && /mnt/dl-normalize
 ARG REVISION=unknown
+# Where the base came from (`invoke build` passes them: the registry, mirror or own, and the digest it pulled).
+ARG BASE_NAME=ubuntu:20.04
+ARG BASE_DIGEST=
 LABEL org.opencontainers.image.title="test/pytorch-dev" \
       org.opencontainers.image.version="v0.9-cuda11.0-torch1.7.1-py3.8-runtime" \
       org.opencontainers.image.description="PyTorch 1.7.1, CUDA 11.0.3, Python 3.8, runtime" \
-      org.opencontainers.image.base.name="ubuntu:20.04" \
+      org.opencontainers.image.base.name="${BASE_NAME}" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       io.dlimages.cell="cuda11.0-torch1.7.1-py3.8-runtime" \

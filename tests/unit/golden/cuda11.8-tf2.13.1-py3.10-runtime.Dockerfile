@@ -145,10 +145,14 @@ RUN --mount=type=tmpfs,target=/mnt \
  && install -D -m 0644 /mnt/cell.json /etc/dlimages/cell.json \
  && /mnt/dl-normalize
 ARG REVISION=unknown
+# Where the base came from (`invoke build` passes them: the registry, mirror or own, and the digest it pulled).
+ARG BASE_NAME=nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04
+ARG BASE_DIGEST=
 LABEL org.opencontainers.image.title="test/tensorflow-dev" \
       org.opencontainers.image.version="v0.9-cuda11.8-tf2.13.1-py3.10-runtime" \
       org.opencontainers.image.description="TensorFlow 2.13.1, CUDA 11.8.0, Python 3.10, runtime" \
-      org.opencontainers.image.base.name="nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04" \
+      org.opencontainers.image.base.name="${BASE_NAME}" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       io.dlimages.cell="cuda11.8-tf2.13.1-py3.10-runtime" \

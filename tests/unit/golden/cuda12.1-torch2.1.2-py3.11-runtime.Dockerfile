@@ -152,10 +152,14 @@ RUN --mount=type=tmpfs,target=/mnt \
  && install -D -m 0644 /mnt/cell.json /etc/dlimages/cell.json \
  && /mnt/dl-normalize
 ARG REVISION=unknown
+# Where the base came from (`invoke build` passes them: the registry, mirror or own, and the digest it pulled).
+ARG BASE_NAME=dlimages/base:debian12
+ARG BASE_DIGEST=
 LABEL org.opencontainers.image.title="test/pytorch-dev" \
       org.opencontainers.image.version="v0.9-cuda12.1-torch2.1.2-py3.11-runtime" \
       org.opencontainers.image.description="PyTorch 2.1.2, CUDA 12.1.1, Python 3.11, runtime" \
-      org.opencontainers.image.base.name="dlimages/base:debian12" \
+      org.opencontainers.image.base.name="${BASE_NAME}" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       io.dlimages.cell="cuda12.1-torch2.1.2-py3.11-runtime" \

@@ -2,7 +2,9 @@
 # Bring up a Docker engine with BuildKit (buildx) on a Debian 12 host, idempotently.
 # If an engine already answers `docker info`, it is used as is and nothing is installed.
 #
-# Usage: .ci/engine.sh [--mirror URL]
+# Usage: scripts/engine.sh [--mirror URL]
+# Tasks that need the engine run this themselves when none answers (`--no-engine-setup` or
+# DLIMAGES_NO_ENGINE_SETUP=1 turns that off); CI runs it first.
 #   --mirror  Debian mirror to install from (default: this host's, read from its apt sources by
 #             dlimages.mirrors, so `pip install -e .` must have run)
 # Env:   DOCKERD_LOG (default /var/log/dockerd.log), DOCKERD_TIMEOUT (seconds, default 60),
@@ -33,7 +35,7 @@ readonly MIN_ENGINE_MAJOR=23
 log() { printf 'engine.sh: %s\n' "$*"; }
 die() { printf 'engine.sh: error: %s\n' "$*" >&2; exit 1; }
 
-engine_answers() { docker info >/dev/null 2>&1; }
+engine_answers() { command -v docker >/dev/null && docker info >/dev/null 2>&1; }
 
 # The host's Debian mirror, read by the package (dlimages.mirrors, the one reader of apt sources) unless given.
 host_debian_mirror() {
@@ -52,7 +54,7 @@ install_packages() {
 
     log "adding trixie source for the engine and buildx only: $TRIXIE_SOURCES, pin: $TRIXIE_PIN"
     cat >"$TRIXIE_SOURCES" <<EOF
-# Written by .ci/engine.sh: Debian 13 on the host's own mirror, for the engine and buildx only.
+# Written by scripts/engine.sh: Debian 13 on the host's own mirror, for the engine and buildx only.
 Types: deb
 URIs: $mirror
 Suites: trixie
@@ -60,7 +62,7 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
     cat >"$TRIXIE_PIN" <<'EOF'
-# Written by .ci/engine.sh: nothing comes from trixie unless named here.
+# Written by scripts/engine.sh: nothing comes from trixie unless named here.
 Package: *
 Pin: release n=trixie
 Pin-Priority: 1
@@ -142,7 +144,6 @@ warn_if_not_reproducible() {
 }
 
 main() {
-    command -v docker >/dev/null || die "no docker CLI on PATH"
     if engine_answers; then
         log "engine already answers; installing nothing"
         docker version --format 'engine.sh: client {{.Client.Version}}, server {{.Server.Version}} (API {{.Server.APIVersion}})'
@@ -164,5 +165,5 @@ main() {
 case "${1:-}" in
     --mirror) main "${2:?--mirror needs a URL}" ;;
     "") main ;;
-    *) die "unknown argument '$1' (usage: .ci/engine.sh [--mirror URL])" ;;
+    *) die "unknown argument '$1' (usage: scripts/engine.sh [--mirror URL])" ;;
 esac

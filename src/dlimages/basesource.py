@@ -1,0 +1,283 @@
+"""Where each cell's base image comes from: the registry its name says (Docker Hub), a mirror profile's registry
+(DaoCloud's prefix form), or a team's own registry (`--base-registry`); and what `invoke bases.mirror` copies there.
+
+One rule maps a base to any registry prefix: PREFIX + "/" + its Docker Hub path, `ubuntu:22.04` ->
+`PREFIX/library/ubuntu:22.04`, `nvidia/cuda:T` -> `PREFIX/nvidia/cuda:T` (the form DaoCloud's mirror and Harbor
+projects use); a base named with another registry keeps that host as its first path part. Deciding is pure
+(`BaseSource`, `choose`, `mirror_copies`); `resolve` and `copy` run skopeo through a `Runner`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlimages.baselock import BaseLock, Resolved, registry_is_loopback, resolve_digest, unpinned_warning
+from dlimages.cells import Cell
+from dlimages.errors import InputError, Problem
+from dlimages.references import registry_problems, split_tag
+from dlimages.runner import Runner
+from dlimages.selection import flags_for
+from dlimages.spec import Matrix
+
+DOCKER_HUB = "docker.io"
+_HUB_ALIASES = (DOCKER_HUB, "index.docker.io", "registry-1.docker.io")
+COPY_TIMEOUT_S = 3600.0  # a 6 GB image over a slow link
+COPY_RETRIES = 3  # skopeo's own retries of a failed request, with its backoff
+
+
+def _registry_host(ref: str) -> str | None:
+    """The registry part of a reference as docker reads it (a first part with '.', ':' or localhost), or None."""
+    first, slash, _ = ref.partition("/")
+    return first if slash and ("." in first or ":" in first or first == "localhost") else None
+
+
+def registry_path(ref: str) -> str:
+    """The path a base gets under any registry prefix: its Docker Hub path (`library/` for official images), or,
+    for a base named with another registry, that registry and its path."""
+    host = _registry_host(ref)
+    if host is not None and host not in _HUB_ALIASES:
+        return ref
+    name = ref.split("/", 1)[1] if host is not None else ref
+    return name if "/" in split_tag(name.split("@", 1)[0])[0] else f"library/{name}"
+
+
+def qualified(ref: str) -> str:
+    """The fully qualified name of a registry base, as org.opencontainers.image.base.name wants it."""
+    host = _registry_host(ref)
+    return ref if host is not None and host not in _HUB_ALIASES else f"{DOCKER_HUB}/{registry_path(ref)}"
+
+
+@dataclass(frozen=True)
+class BaseSource:
+    """Where the bases of one build run come from. With no `registry`, from where their names say; with one, every
+    Docker Hub base as REGISTRY/<path>; `own` (--base-registry) takes the bases made here (`invoke base`) from it
+    too, since a team's registry holds what `invoke bases.mirror` copied there."""
+
+    registry: str | None = None
+    origin: str = "their own registries"  # for messages: "--base-registry" or "mirror profile tuna (...)"
+    own: bool = False
+    limits: str = ""
+
+    @classmethod
+    def from_flags(cls, matrix: Matrix, profile: str, base_registry: str | None) -> BaseSource:
+        """`--base-registry` wins over the profile's `bases`; InputError for a value docker could not use."""
+        if base_registry is not None:
+            problems = registry_problems(base_registry, where="--base-registry")
+            if problems:
+                raise InputError(problems)
+            return cls(base_registry, "--base-registry", own=True)
+        spec = matrix.mirrors.get(profile)
+        if spec is None or spec.bases is None:
+            return cls()
+        origin = f"mirror profile {profile}, see {spec.bases.source}"
+        return cls(spec.bases.registry, origin, limits=spec.bases.limits)
+
+    def applies(self, cell: Cell) -> bool:
+        if self.registry is None or "@" in cell.base_image:
+            return False
+        if cell.bootstrap_base:
+            return self.own
+        return _registry_host(cell.base_image) in (None, *_HUB_ALIASES) or self.own
+
+    def ref_for(self, cell: Cell) -> str:
+        """The reference a build of `cell` pulls (before any digest)."""
+        return f"{self.registry}/{registry_path(cell.base_image)}" if self.applies(cell) else cell.base_image
+
+    def notes(self) -> tuple[str, ...]:
+        if self.registry is None:
+            return ()
+        said = f"base images come from {self.registry} ({self.origin})"
+        return (f"{said}: {self.limits}" if self.limits else said,)
+
+
+@dataclass(frozen=True)
+class BaseChoice:
+    """What one build starts FROM: `name` (pulled, or local when `local`), pinned to `digest` when known."""
+
+    cell: str  # slug
+    name: str
+    digest: str | None = None
+    local: bool = False  # made on this machine by `invoke base`: never pulled, no registry digest
+    resolve: bool = False  # ask the registry for the digest before building (a base registry, nothing recorded)
+    note: str | None = None  # what keeps the build from being reproducible
+
+    @property
+    def build_arg(self) -> str:
+        """BASE_IMAGE: name@digest when pinned, else the name."""
+        return f"{self.name}@{self.digest}" if self.digest else self.name
+
+    @property
+    def label_name(self) -> str:
+        return self.name if self.local else qualified(self.name)
+
+
+def choose(cell: Cell, source: BaseSource, lock: BaseLock) -> BaseChoice:
+    """The base `cell` builds from. A mirror serves a base under the digest upstream gave it (DaoCloud keeps
+    digests; `invoke bases.mirror` copies with --preserve-digests), so a digest the bases lock records pins the
+    mirrored copy too; a base with none is resolved at the registry before the build (`resolve`)."""
+    if "@" in cell.base_image:  # pinned by matrix.yaml itself
+        name, pinned = cell.base_image.split("@", 1)
+        return BaseChoice(cell.slug, name, pinned)
+    digest = lock.digests.get(cell.base_image)
+    if source.applies(cell):
+        return BaseChoice(cell.slug, source.ref_for(cell), digest, resolve=digest is None)
+    if cell.bootstrap_base:
+        return BaseChoice(cell.slug, cell.base_image, local=True)
+    return BaseChoice(cell.slug, cell.base_image, digest, note=None if digest else unpinned_warning(cell.base_image))
+
+
+def choose_all(cells: Iterable[Cell], source: BaseSource, lock: BaseLock) -> dict[str, BaseChoice]:
+    return {cell.slug: choose(cell, source, lock) for cell in cells}
+
+
+class BaseUnavailable(Exception):
+    """A base cannot be had from where the build would pull it; the message says which, where, and the ways out."""
+
+
+def resolve(
+    choices: Mapping[str, BaseChoice], source: BaseSource, cells: Sequence[Cell], matrix: Matrix, runner: Runner
+) -> dict[str, BaseChoice]:
+    """Ask the base registry for each base's digest that nothing records yet (once per base), so that the build
+    pulls tag@digest and the image's labels name it. BaseUnavailable, before anything is built, when the
+    registry does not have a base or cannot be reached."""
+    asked: dict[str, Resolved] = {}
+    for choice in choices.values():
+        if choice.resolve and choice.name not in asked:
+            asked[choice.name] = resolve_digest(choice.name, runner)
+    failed = [result for result in asked.values() if not result.ok]
+    if failed:
+        raise BaseUnavailable(
+            "\n".join(unavailable_advice(r.ref, str(r.problem), source, cells, matrix) for r in failed)
+        )
+    return {
+        slug: BaseChoice(slug, c.name, asked[c.name].digest, c.local) if c.resolve else c for slug, c in choices.items()
+    }
+
+
+def unavailable_advice(ref: str, problem: str, source: BaseSource, cells: Sequence[Cell], matrix: Matrix) -> str:
+    """Which base, from where, and the three ways out."""
+    host = _registry_host(ref) or DOCKER_HUB
+    lines = [f"error: the base image {ref} cannot be pulled from {host} ({source.origin}): {problem}", "Ways out:"]
+    if source.own:
+        lines.append(
+            f"  - copy the bases into that registry once, where upstream is reachable: `invoke bases.mirror --to "
+            f"{source.registry}` (and `docker login {host}` first if it needs credentials)"
+        )
+    else:
+        profiles = [name for name, spec in matrix.mirrors.items() if spec.bases is not None]
+        lines.append(f"  - a mirror profile that takes bases through a registry mirror: --mirror {'|'.join(profiles)}")
+    lines.append(
+        "  - a registry of your own: `invoke bases.mirror --to HOST[/PREFIX]` once where upstream is reachable, "
+        "then build with --base-registry HOST[/PREFIX]"
+    )
+    offline = offline_cell(cells)
+    if offline is not None:
+        lines.append(
+            "  - a cell on the offline base (`invoke base` makes it from an apt mirror, no registry): "
+            f"`invoke build {flags_for(offline)}`"
+        )
+    return "\n".join(lines)
+
+
+def offline_cell(cells: Sequence[Cell], framework: str | None = None) -> Cell | None:
+    """A cell built on the base made here, preferring `framework`; the newest release of it."""
+    offline = [cell for cell in cells if cell.bootstrap_base]
+    preferred = [cell for cell in offline if cell.framework == framework] or offline
+    return preferred[-1] if preferred else None
+
+
+# --- copying the bases into a registry of one's own -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One image to copy: from a registry (`docker://`, every platform, digests kept) or from this engine
+    (`docker-daemon:`, a base made here or an image built here) to REGISTRY/<path>:<tag>."""
+
+    source: str  # the reference read (a tag, tag@digest, or a local image)
+    destination: str
+    local: bool = False
+
+    def argv(self, digestfile: Path) -> list[str]:
+        argv = ["skopeo", "copy", "--retry-times", str(COPY_RETRIES), "--digestfile", str(digestfile)]
+        if self.local:
+            argv += [f"docker-daemon:{self.source}"]
+        else:
+            # --all with --preserve-digests: the copy is byte for byte, so tag@digest pins it as it pinned upstream.
+            argv += ["--all", "--preserve-digests", f"--src-tls-verify={_tls(self.source)}"]
+            argv += [f"docker://{self.source}"]
+        argv.insert(-1, f"--dest-tls-verify={_tls(self.destination)}")
+        return [*argv, f"docker://{self.destination}"]
+
+
+def _tls(ref: str) -> str:
+    return "false" if registry_is_loopback(ref) else "true"
+
+
+def mirror_copies(
+    cells: Iterable[Cell], to: str, lock: BaseLock, extra: Iterable[str], local: Callable[[str], bool]
+) -> list[Copy]:
+    """What `invoke bases.mirror --to` copies: each base the cells use (by its recorded digest when there is one;
+    the bases made here from this engine), then each `extra` image (from this engine when `local(ref)` says it is
+    there, else from its registry), each to TO/<path>:<tag>, each once."""
+    problems = registry_problems(to, where="--to")
+    if problems:
+        raise InputError(problems)
+    target = BaseSource(to, "--to", own=True)
+    copies: dict[str, Copy] = {}
+    for cell in cells:
+        if "@" in cell.base_image and not cell.bootstrap_base:
+            name = cell.base_image.split("@", 1)[0]
+            copies.setdefault(name, Copy(cell.base_image, f"{to}/{registry_path(name)}"))
+        else:
+            pinned = lock.pinned(cell.base_image)
+            copies.setdefault(
+                cell.base_image,
+                Copy(pinned or cell.base_image, target.ref_for(cell), local=cell.bootstrap_base),
+            )
+    for ref in extra:
+        if split_tag(ref.split("@", 1)[0])[1] is None and "@" not in ref:
+            raise InputError([Problem(f"--image {ref!r}", "has no :tag", "an image reference with a tag")])
+        copies.setdefault(ref, Copy(ref, f"{to}/{registry_path(ref.split('@', 1)[0])}", local=local(ref)))
+    return list(copies.values())
+
+
+@dataclass(frozen=True)
+class Copied:
+    copy: Copy
+    seconds: float
+    digest: str | None = None
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.digest is not None
+
+    def __str__(self) -> str:
+        if self.digest is None:
+            return f"NOT copied {self.copy.source} -> {self.copy.destination}: {self.problem}"
+        return f"copied {self.copy.source} -> {self.copy.destination}@{self.digest} ({self.seconds:.0f} s)"
+
+
+def copy(item: Copy, runner: Runner, workdir: Path, on_line: Callable[[str], None]) -> Copied:
+    """Run one copy, streaming skopeo's progress; the digest the registry now serves it under, or why not."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    digestfile = workdir / "copy.digest"
+    digestfile.unlink(missing_ok=True)
+    tail: list[str] = []
+
+    def show(line: str) -> None:
+        on_line(f"  {line}")
+        tail[:] = [*tail[-19:], line]
+
+    start = time.monotonic()
+    code = runner.stream(item.argv(digestfile), show)
+    seconds = time.monotonic() - start
+    digest = digestfile.read_text().strip() if digestfile.is_file() else ""
+    if code != 0 or not digest:
+        said = next((line for line in reversed(tail) if line.strip()), "no output")
+        return Copied(item, seconds, problem=f"skopeo exited {code}: {said}")
+    return Copied(item, seconds, digest)
