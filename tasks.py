@@ -404,7 +404,7 @@ def bases_mirror(
     copies = basesource.mirror_copies(cells, to, lock, extra, local=RUNNER.image_exists)
     workdir = Path(tempfile.gettempdir()) / "dlimages"
     if dry_run:
-        print("\n".join(shlex.join(item.argv(workdir / "copy.digest")) for item in copies))
+        print("\n".join(shlex.join(argv) for item in copies for argv in item.commands(workdir)))
         return
     results = []
     for number, item in enumerate(copies, start=1):

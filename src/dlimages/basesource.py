@@ -142,43 +142,60 @@ def resolve(
 ) -> dict[str, BaseChoice]:
     """Ask the base registry for each base's digest that nothing records yet (once per base), so that the build
     pulls tag@digest and the image's labels name it. BaseUnavailable, before anything is built, when the
-    registry does not have a base or cannot be reached."""
+    registry does not have a base or cannot be reached (`cells`: the matrix's cells, for the ways out)."""
     asked: dict[str, Resolved] = {}
     for choice in choices.values():
         if choice.resolve and choice.name not in asked:
             asked[choice.name] = resolve_digest(choice.name, runner)
-    failed = [result for result in asked.values() if not result.ok]
+    by_slug = {cell.slug: cell for cell in cells}
+    failed = {c.name: by_slug.get(c.cell) for c in choices.values() if c.name in asked and not asked[c.name].ok}
     if failed:
         raise BaseUnavailable(
-            "\n".join(unavailable_advice(r.ref, str(r.problem), source, cells, matrix) for r in failed)
+            "\n".join(
+                unavailable_advice(name, str(asked[name].problem), source, cells, matrix, cell)
+                for name, cell in failed.items()
+            )
         )
     return {
         slug: BaseChoice(slug, c.name, asked[c.name].digest, c.local) if c.resolve else c for slug, c in choices.items()
     }
 
 
-def unavailable_advice(ref: str, problem: str, source: BaseSource, cells: Sequence[Cell], matrix: Matrix) -> str:
-    """Which base, from where, and the three ways out."""
+def unavailable_advice(
+    ref: str, problem: str, source: BaseSource, cells: Sequence[Cell], matrix: Matrix, cell: Cell | None = None
+) -> str:
+    """Which base, from where, and the ways out: a profile that takes bases through a registry mirror, a registry
+    of one's own, the offline base (`cell`: the cell being built, if known)."""
     host = _registry_host(ref) or DOCKER_HUB
     lines = [f"error: the base image {ref} cannot be pulled from {host} ({source.origin}): {problem}", "Ways out:"]
     if source.own:
         lines.append(
-            f"  - copy the bases into that registry once, where upstream is reachable: `invoke bases.mirror --to "
-            f"{source.registry}` (and `docker login {host}` first if it needs credentials)"
+            f"  - copy the bases into that registry, once, from a machine that has them or reaches upstream: "
+            f"`invoke bases.mirror --to {source.registry}`; `docker login {host}` first if it needs credentials"
         )
     else:
-        profiles = [name for name, spec in matrix.mirrors.items() if spec.bases is not None]
-        lines.append(f"  - a mirror profile that takes bases through a registry mirror: --mirror {'|'.join(profiles)}")
-    lines.append(
-        "  - a registry of your own: `invoke bases.mirror --to HOST[/PREFIX]` once where upstream is reachable, "
-        "then build with --base-registry HOST[/PREFIX]"
-    )
-    offline = offline_cell(cells)
-    if offline is not None:
         lines.append(
-            "  - a cell on the offline base (`invoke base` makes it from an apt mirror, no registry): "
-            f"`invoke build {flags_for(offline)}`"
+            "  - a registry of your own: `invoke bases.mirror --to HOST[/PREFIX]` once where upstream is reachable, "
+            "then build with --base-registry HOST[/PREFIX]"
         )
+    if cell is None or not cell.bootstrap_base:
+        profiles = [name for name, spec in matrix.mirrors.items() if spec.bases is not None]
+        without = " (without --base-registry)" if source.own else ""
+        lines.append(
+            f"  - a mirror profile that takes Docker Hub bases through a mirror{without}: --mirror {'|'.join(profiles)}"
+        )
+    if cell is not None and cell.bootstrap_base:
+        lines.append(
+            f"  - build without --base-registry: `invoke build {flags_for(cell)}` makes this base here "
+            "(`invoke base`, from an apt mirror, no registry)"
+        )
+    else:
+        offline = offline_cell(cells, cell.framework if cell else None)
+        if offline is not None:
+            lines.append(
+                "  - a cell on the offline base (`invoke base` makes it from an apt mirror, no registry): "
+                f"`invoke build {flags_for(offline)}`"
+            )
     return "\n".join(lines)
 
 
@@ -195,22 +212,25 @@ def offline_cell(cells: Sequence[Cell], framework: str | None = None) -> Cell | 
 @dataclass(frozen=True)
 class Copy:
     """One image to copy: from a registry (`docker://`, every platform, digests kept) or from this engine
-    (`docker-daemon:`, a base made here or an image built here) to REGISTRY/<path>:<tag>."""
+    (a base made here or an image built here, through `docker image save`) to REGISTRY/<path>:<tag>."""
 
     source: str  # the reference read (a tag, tag@digest, or a local image)
     destination: str
     local: bool = False
 
-    def argv(self, digestfile: Path) -> list[str]:
-        argv = ["skopeo", "copy", "--retry-times", str(COPY_RETRIES), "--digestfile", str(digestfile)]
-        if self.local:
-            argv += [f"docker-daemon:{self.source}"]
-        else:
+    def commands(self, workdir: Path) -> list[list[str]]:
+        """The commands that make the copy, in order; the digest the registry serves it under ends up in
+        workdir/copy.digest. A local image goes through a `docker image save` archive: skopeo's own
+        docker-daemon transport speaks Docker API 1.22 (skopeo 1.9, Debian 12), which Docker 25+ refuses."""
+        copy = ["skopeo", "copy", "--retry-times", str(COPY_RETRIES), "--digestfile", str(workdir / "copy.digest")]
+        copy.append(f"--dest-tls-verify={_tls(self.destination)}")
+        if not self.local:
             # --all with --preserve-digests: the copy is byte for byte, so tag@digest pins it as it pinned upstream.
-            argv += ["--all", "--preserve-digests", f"--src-tls-verify={_tls(self.source)}"]
-            argv += [f"docker://{self.source}"]
-        argv.insert(-1, f"--dest-tls-verify={_tls(self.destination)}")
-        return [*argv, f"docker://{self.destination}"]
+            copy += ["--all", "--preserve-digests", f"--src-tls-verify={_tls(self.source)}", f"docker://{self.source}"]
+            return [[*copy, f"docker://{self.destination}"]]
+        archive = workdir / "copy.tar"
+        save = ["docker", "image", "save", "--output", str(archive), self.source]
+        return [save, [*copy, f"docker-archive:{archive}", f"docker://{self.destination}"]]
 
 
 def _tls(ref: str) -> str:
@@ -263,10 +283,10 @@ class Copied:
 
 
 def copy(item: Copy, runner: Runner, workdir: Path, on_line: Callable[[str], None]) -> Copied:
-    """Run one copy, streaming skopeo's progress; the digest the registry now serves it under, or why not."""
+    """Make one copy, streaming skopeo's progress; the digest the registry now serves it under, or why not. The
+    archive of a local image is removed afterwards, whatever happened."""
     workdir.mkdir(parents=True, exist_ok=True)
-    digestfile = workdir / "copy.digest"
-    digestfile.unlink(missing_ok=True)
+    (workdir / "copy.digest").unlink(missing_ok=True)
     tail: list[str] = []
 
     def show(line: str) -> None:
@@ -274,10 +294,16 @@ def copy(item: Copy, runner: Runner, workdir: Path, on_line: Callable[[str], Non
         tail[:] = [*tail[-19:], line]
 
     start = time.monotonic()
-    code = runner.stream(item.argv(digestfile), show)
-    seconds = time.monotonic() - start
+    try:
+        for argv in item.commands(workdir):
+            code = runner.stream(argv, show)
+            if code != 0:
+                said = next((line for line in reversed(tail) if line.strip()), "no output")
+                return Copied(item, time.monotonic() - start, problem=f"{argv[0]} exited {code}: {said}")
+    finally:
+        (workdir / "copy.tar").unlink(missing_ok=True)
+    digestfile = workdir / "copy.digest"
     digest = digestfile.read_text().strip() if digestfile.is_file() else ""
-    if code != 0 or not digest:
-        said = next((line for line in reversed(tail) if line.strip()), "no output")
-        return Copied(item, seconds, problem=f"skopeo exited {code}: {said}")
-    return Copied(item, seconds, digest)
+    if not digest:
+        return Copied(item, time.monotonic() - start, problem="skopeo wrote no digest")
+    return Copied(item, time.monotonic() - start, digest)

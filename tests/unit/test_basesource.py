@@ -227,17 +227,18 @@ def test_mirror_copies_each_base_once_from_where_it_lives(make_cell: Callable[..
 
 
 def test_a_registry_copy_keeps_every_platform_and_digest(tmp_path: Path) -> None:
-    argv = Copy(f"{UBUNTU}@{D1}", "registry.example.com/team/library/ubuntu:22.04").argv(tmp_path / "d")
+    [argv] = Copy(f"{UBUNTU}@{D1}", "registry.example.com/team/library/ubuntu:22.04").commands(tmp_path)
     assert argv[:2] == ["skopeo", "copy"]
     assert {"--all", "--preserve-digests", "--src-tls-verify=true", "--dest-tls-verify=true"} <= set(argv)
     assert argv[-2:] == [f"docker://{UBUNTU}@{D1}", "docker://registry.example.com/team/library/ubuntu:22.04"]
-    assert argv[argv.index("--digestfile") + 1] == str(tmp_path / "d")
+    assert argv[argv.index("--digestfile") + 1] == str(tmp_path / "copy.digest")
 
 
-def test_a_local_copy_reads_the_engine_and_a_loopback_registry_is_plain_http(tmp_path: Path) -> None:
-    argv = Copy(LOCAL_BASE, f"{OWN}/{LOCAL_BASE}", local=True).argv(tmp_path / "d")
-    assert "--all" not in argv and "--preserve-digests" not in argv
-    assert argv[-3:] == ["--dest-tls-verify=false", f"docker-daemon:{LOCAL_BASE}", f"docker://{OWN}/{LOCAL_BASE}"]
+def test_a_local_copy_goes_through_an_archive_and_a_loopback_registry_is_plain_http(tmp_path: Path) -> None:
+    save, copy = Copy(LOCAL_BASE, f"{OWN}/{LOCAL_BASE}", local=True).commands(tmp_path)
+    assert save == ["docker", "image", "save", "--output", str(tmp_path / "copy.tar"), LOCAL_BASE]
+    assert "--all" not in copy and "--preserve-digests" not in copy and "--dest-tls-verify=false" in copy
+    assert copy[-2:] == [f"docker-archive:{tmp_path / 'copy.tar'}", f"docker://{OWN}/{LOCAL_BASE}"]
 
 
 @pytest.mark.parametrize(
