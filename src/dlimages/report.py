@@ -17,6 +17,7 @@ from dlimages.runner import DEFAULT, Runner
 
 MANIFEST_TIMEOUT_S = 300.0
 VENV_PYTHON = "/opt/venv/bin/python"
+BASE_LABEL = "org.opencontainers.image.base"
 
 
 def build_report(
@@ -25,7 +26,8 @@ def build_report(
     cells: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per local ref: the cell it was built from (from the build ledger; None for an image built
-    elsewhere), its manifest (`image_manifest`) and where it was pushed, in a stable order."""
+    elsewhere), the base it was built FROM (its org.opencontainers.image.base.* labels: registry, repository and
+    tag, and digest), its manifest (`image_manifest`) and where it was pushed, in a stable order."""
     pushed: dict[str, list[dict[str, object]]] = {}
     for result in results:
         pushed.setdefault(result.ref, []).append(result.as_json())
@@ -34,11 +36,20 @@ def build_report(
         {
             "ref": ref,
             "cell": (cells or {}).get(ref),
+            "base": _base(manifests.get(ref, {})),
             "image": dict(manifests.get(ref, {})),
             "pushed": sorted(pushed.get(ref, []), key=lambda item: str(item["remote_ref"])),
         }
         for ref in refs
     ]
+
+
+def _base(manifest: Mapping[str, Any]) -> dict[str, str | None]:
+    labels = manifest.get("labels") or {}
+    return {
+        "name": labels.get(f"{BASE_LABEL}.name"),
+        "digest": labels.get(f"{BASE_LABEL}.digest") or None,  # empty: a base made on the build machine
+    }
 
 
 def image_manifest(image_ref: str, runner: Runner = DEFAULT, *, python: str | None = VENV_PYTHON) -> dict[str, Any]:

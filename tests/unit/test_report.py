@@ -64,6 +64,7 @@ def test_report_json_shape_sorted_and_atomic(tmp_path: Path) -> None:
     data = json.loads(text)
     assert [entry["ref"] for entry in data] == [REF]
     assert data[0]["image"] == {"id": LOCAL_ID, "size": 1}
+    assert data[0]["base"] == {"name": None, "digest": None}  # built elsewhere, without the labels
     assert [p["remote_ref"] for p in data[0]["pushed"]] == [REMOTE, f"localhost:5001/{REF}"]
     assert set(data[0]["pushed"][1]) == {
         "registry", "ref", "remote_ref", "digest", "verified", "attempts", "error", "push_seconds", "verify_seconds",
@@ -74,3 +75,19 @@ def test_report_json_shape_sorted_and_atomic(tmp_path: Path) -> None:
     write_report(path, [])  # replaces, leaves no temporary file behind
     assert path.read_text(encoding="utf-8") == "[]\n"
     assert [p.name for p in path.parent.iterdir()] == ["push-report.json"]
+
+
+def test_report_names_the_base_an_image_was_built_from() -> None:
+    digest = "sha256:" + "9" * 64
+    labels = {
+        "org.opencontainers.image.base.name": "127.0.0.1:5000/mirror/dlimages/base:debian12",
+        "org.opencontainers.image.base.digest": digest,
+    }
+    made_here = {
+        "org.opencontainers.image.base.name": "dlimages/base:debian12",
+        "org.opencontainers.image.base.digest": "",
+    }
+    [rehosted] = build_report([], {REF: {"labels": labels}})
+    [local] = build_report([], {REF: {"labels": made_here}})
+    assert rehosted["base"] == {"name": "127.0.0.1:5000/mirror/dlimages/base:debian12", "digest": digest}
+    assert local["base"] == {"name": "dlimages/base:debian12", "digest": None}
