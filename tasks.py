@@ -26,6 +26,7 @@ from dlimages import ci as ci_plan
 from dlimages import doctor as node_doctor
 from dlimages import lock as lock_files
 from dlimages import repro as reproducibility
+from dlimages.advice import Remedies
 from dlimages.base import make_base_argv, missing_bases
 from dlimages.builder import all_built, run_builds, summary_table
 from dlimages.buildplan import BuildPlan, Secrets, local_bases, plan_run
@@ -175,7 +176,8 @@ def build(
     plans = _plans(project, cells, mirror, secrets, base_registry)
     _make_local_bases(c, local_bases(plans))
     try:
-        results = run_builds(plans, project.root, keep_going=keep_going)
+        remedies = Remedies.from_matrix(project.matrix, project.expansion.cells)
+        results = run_builds(plans, project.root, keep_going=keep_going, remedies=remedies)
     except KeyboardInterrupt:
         raise Exit(
             "interrupted: the cell being built was not tagged; earlier cells keep their tags", code=130

@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlimages import advice
 from dlimages.baselock import BaseLock, Resolved, registry_is_loopback, resolve_digest, unpinned_warning
 from dlimages.cells import Cell
 from dlimages.errors import InputError, Problem
 from dlimages.references import registry_problems, split_tag
 from dlimages.runner import Runner
-from dlimages.selection import flags_for
 from dlimages.spec import Matrix
 
 DOCKER_HUB = "docker.io"
@@ -138,11 +138,17 @@ class BaseUnavailable(Exception):
 
 
 def resolve(
-    choices: Mapping[str, BaseChoice], source: BaseSource, cells: Sequence[Cell], matrix: Matrix, runner: Runner
+    choices: Mapping[str, BaseChoice],
+    source: BaseSource,
+    cells: Sequence[Cell],
+    matrix: Matrix,
+    runner: Runner,
+    profile: str = "none",
 ) -> dict[str, BaseChoice]:
     """Ask the base registry for each base's digest that nothing records yet (once per base), so that the build
     pulls tag@digest and the image's labels name it. BaseUnavailable, before anything is built, when the
-    registry does not have a base or cannot be reached (`cells`: the matrix's cells, for the ways out)."""
+    registry does not have a base or cannot be reached, with the advice a failed pull gets (dlimages.advice;
+    `cells`: the matrix's cells, for the ways out)."""
     asked: dict[str, Resolved] = {}
     for choice in choices.values():
         if choice.resolve and choice.name not in asked:
@@ -150,60 +156,17 @@ def resolve(
     by_slug = {cell.slug: cell for cell in cells}
     failed = {c.name: by_slug.get(c.cell) for c in choices.values() if c.name in asked and not asked[c.name].ok}
     if failed:
-        raise BaseUnavailable(
-            "\n".join(
-                unavailable_advice(name, str(asked[name].problem), source, cells, matrix, cell)
-                for name, cell in failed.items()
-            )
-        )
+        remedies = advice.Remedies.from_matrix(matrix, cells)
+        said = [
+            advice.base_not_pullable(
+                name, str(asked[name].problem), advice.Attempt(cell, profile, base_image=name), remedies
+            ).advice
+            for name, cell in failed.items()
+        ]
+        raise BaseUnavailable("\n".join(f"error: {text}" for text in said))
     return {
         slug: BaseChoice(slug, c.name, asked[c.name].digest, c.local) if c.resolve else c for slug, c in choices.items()
     }
-
-
-def unavailable_advice(
-    ref: str, problem: str, source: BaseSource, cells: Sequence[Cell], matrix: Matrix, cell: Cell | None = None
-) -> str:
-    """Which base, from where, and the ways out: a profile that takes bases through a registry mirror, a registry
-    of one's own, the offline base (`cell`: the cell being built, if known)."""
-    host = _registry_host(ref) or DOCKER_HUB
-    lines = [f"error: the base image {ref} cannot be pulled from {host} ({source.origin}): {problem}", "Ways out:"]
-    if source.own:
-        lines.append(
-            f"  - copy the bases into that registry, once, from a machine that has them or reaches upstream: "
-            f"`invoke bases.mirror --to {source.registry}`; `docker login {host}` first if it needs credentials"
-        )
-    else:
-        lines.append(
-            "  - a registry of your own: `invoke bases.mirror --to HOST[/PREFIX]` once where upstream is reachable, "
-            "then build with --base-registry HOST[/PREFIX]"
-        )
-    if cell is None or not cell.bootstrap_base:
-        profiles = [name for name, spec in matrix.mirrors.items() if spec.bases is not None]
-        without = " (without --base-registry)" if source.own else ""
-        lines.append(
-            f"  - a mirror profile that takes Docker Hub bases through a mirror{without}: --mirror {'|'.join(profiles)}"
-        )
-    if cell is not None and cell.bootstrap_base:
-        lines.append(
-            f"  - build without --base-registry: `invoke build {flags_for(cell)}` makes this base here "
-            "(`invoke base`, from an apt mirror, no registry)"
-        )
-    else:
-        offline = offline_cell(cells, cell.framework if cell else None)
-        if offline is not None:
-            lines.append(
-                "  - a cell on the offline base (`invoke base` makes it from an apt mirror, no registry): "
-                f"`invoke build {flags_for(offline)}`"
-            )
-    return "\n".join(lines)
-
-
-def offline_cell(cells: Sequence[Cell], framework: str | None = None) -> Cell | None:
-    """A cell built on the base made here, preferring `framework`; the newest release of it."""
-    offline = [cell for cell in cells if cell.bootstrap_base]
-    preferred = [cell for cell in offline if cell.framework == framework] or offline
-    return preferred[-1] if preferred else None
 
 
 # --- copying the bases into a registry of one's own -----------------------------------------------------------

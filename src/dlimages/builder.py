@@ -3,52 +3,27 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from dlimages.advice import Attempt, Diagnosis, Remedies, diagnose
 from dlimages.buildplan import BuildPlan
 from dlimages.cells import Cell
+from dlimages.progress import BuildProgress, ProgressDisplay
 from dlimages.runner import DEFAULT, Runner
 from dlimages.tables import format_table
 
 log = logging.getLogger(__name__)
 
-# What a failed build printed, mapped to what the person should do about it.
-KNOWN_FAILURES: tuple[tuple[str, str], ...] = (
-    (
-        "DO NOT MATCH THE HASHES",
-        "a downloaded file does not match the hash the cell's lock records (images/<framework>/<cell>/*.lock): the "
-        "index or mirror serves a different file, or the lock was edited. Nothing was installed from it; re-lock "
-        "(`invoke lock ...`) only if you trust the new file",
-    ),
-    (
-        "Hashes are required in --require-hashes mode",
-        "the cell's lock misses a package or a hash (edited by hand?): run `invoke lock` for the cell",
-    ),
-    (
-        "no space left on device",
-        "the disk is full: free space (`docker builder prune`, `docker image prune`) and rerun",
-    ),
-    (
-        "No matching distribution found for",
-        "a pinned package version does not exist on the index: check matrix.yaml pins",
-    ),
-    ("Could not find a version that satisfies", "a pinned package version does not exist on the index: check pins"),
-    (
-        "CERTIFICATE_VERIFY_FAILED",
-        "TLS verification failed: behind an intercepting proxy, pass its CA with --ca-bundle",
-    ),
-    ("Cannot connect to the Docker daemon", "the Docker engine is not reachable: start it (e.g. `bash .ci/engine.sh`)"),
-    ("pull access denied", "the base image is not available locally and cannot be pulled: make it (`invoke base`)"),
-    ("failed to resolve source metadata", "the base image cannot be pulled here: make or load it locally first"),
-    ("Temporary failure resolving", "a package mirror is not reachable: choose another --mirror profile"),
-    ("Unable to locate package", "an apt package is missing from this OS release or mirror"),
-)
+TABLE_WIDTH = 100  # the summary table, and the errors and advice under it, fit a terminal this wide
+RUN_HINT = "docker run --gpus all -p 8888:8888 -e JUPYTER_TOKEN=change-me IMAGE"
 
 
 @dataclass(frozen=True)
@@ -58,37 +33,82 @@ class BuildResult:
     seconds: float
     image_id: str | None = None
     size: int | None = None
-    error: str | None = None
+    error: str | None = None  # a failed build: what failed, from where, and the ways out
+    diagnosis: Diagnosis | None = None  # a failed build's output read by dlimages.advice (None: tagging failed)
 
     @property
     def tags(self) -> tuple[str, ...]:
         return self.cell.refs if self.ok else ()
 
+    @property
+    def summary(self) -> str:
+        """One short line: "ok", or what failed ("PyPI unreachable (127.0.0.1:9)")."""
+        if self.ok:
+            return "ok"
+        if self.diagnosis is not None:
+            return self.diagnosis.summary
+        return (self.error or "failed").split(":", 1)[0]
 
-def explain_failure(output: Sequence[str]) -> str:
-    text = "\n".join(output)
-    for needle, advice in KNOWN_FAILURES:
-        if needle in text:
-            return advice
-    last = next((line.strip() for line in reversed(output) if line.strip()), "no output")
-    return f"the build failed: {last[:300]}"
+
+def build_args(argv: Sequence[str]) -> dict[str, str]:
+    """The `--build-arg NAME=VALUE` pairs of a docker build command line."""
+    pairs = (value.split("=", 1) for flag, value in itertools.pairwise(argv) if flag == "--build-arg")
+    return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
 
 
-def run_build(plan: BuildPlan, root: Path, out: TextIO = sys.stdout, runner: Runner = DEFAULT) -> BuildResult:
-    """Build one cell into an image ID, then apply its tags: a failed or interrupted build tags nothing."""
+def attempt_of(plan: BuildPlan) -> Attempt:
+    """What the advice needs to know about a build: its cell, mirror profile, the base it pulled (BASE_IMAGE, the
+    name in a registry mirror when it went through one) and the indexes pip was given."""
+    mirror = plan.mirror
+    return Attempt(
+        cell=plan.cell,
+        profile=mirror.profile,
+        base_image=build_args(plan.build).get("BASE_IMAGE"),
+        pip_index=mirror.pip_index or None,
+        torch_index=mirror.torch_index or None,  # "" switches PyTorch's index off (a find-links mirror instead)
+        torch_find_links=mirror.torch_find_links or None,
+    )
+
+
+def explain_failure(output: Sequence[str], attempt: Attempt | None = None, remedies: Remedies | None = None) -> str:
+    """What failed and the ways out, from a failed build's output (see dlimages.advice)."""
+    return diagnose(output, attempt, remedies).advice
+
+
+def run_build(
+    plan: BuildPlan,
+    root: Path,
+    out: TextIO = sys.stdout,
+    runner: Runner = DEFAULT,
+    *,
+    remedies: Remedies | None = None,
+) -> BuildResult:
+    """Build one cell into an image ID, then apply its tags: a failed or interrupted build tags nothing, and its
+    result says what failed and the ways out (`remedies`, from the matrix, lets the advice name profiles and cells:
+    `Remedies.from_matrix(matrix, cells)`)."""
     plan.iidfile.parent.mkdir(parents=True, exist_ok=True)
     plan.iidfile.unlink(missing_ok=True)
     tail: collections.deque[str] = collections.deque(maxlen=400)
+    # Every line of BuildKit's output as it comes, and a status line (steps done / total, elapsed): rewritten in
+    # place on a terminal, one line per finished step (and a heartbeat) in a log.
+    display = ProgressDisplay(BuildProgress(f"{plan.cell.image}:{plan.cell.immutable_tag}"), out)
 
     def show(line: str) -> None:
-        out.write(line + "\n")
+        display.feed(line, echo=True)
         tail.append(line)
 
     start = time.monotonic()
-    code = runner.stream(plan.build, show, cwd=root)
+    try:
+        with display.ticking():
+            code = runner.stream(plan.build, show, cwd=root)
+    except KeyboardInterrupt:
+        display.finish("interrupted")
+        raise
+    display.finish(None if code == 0 else f"failed (exit {code})")
     seconds = time.monotonic() - start
     if code != 0 or not plan.iidfile.is_file():
-        return BuildResult(plan.cell, False, seconds, error=explain_failure(list(tail)))
+        diagnosis = diagnose(list(tail), attempt_of(plan), remedies)
+        return BuildResult(plan.cell, False, seconds, error=diagnosis.advice, diagnosis=diagnosis)
     image_id = plan.iidfile.read_text().strip()
     for command in plan.tag_commands(image_id):
         tagged = runner(command)
@@ -99,17 +119,24 @@ def run_build(plan: BuildPlan, root: Path, out: TextIO = sys.stdout, runner: Run
 
 
 def run_builds(
-    plans: Sequence[BuildPlan], root: Path, *, keep_going: bool, out: TextIO = sys.stdout, runner: Runner = DEFAULT
+    plans: Sequence[BuildPlan],
+    root: Path,
+    *,
+    keep_going: bool,
+    out: TextIO = sys.stdout,
+    runner: Runner = DEFAULT,
+    remedies: Remedies | None = None,
 ) -> list[BuildResult]:
     results: list[BuildResult] = []
     for plan in plans:
         log.info("\n=== building %s:%s", plan.cell.image, plan.cell.immutable_tag)
         for note in (*plan.mirror.notes, *plan.notes):
             log.info("note: %s", note)
-        result = run_build(plan, root, out, runner)
+        result = run_build(plan, root, out, runner, remedies=remedies)
         results.append(result)
         if not result.ok:
-            log.error("FAILED %s: %s", plan.cell.slug, result.error)
+            # One line here; the error and the ways out come once, under the summary table.
+            log.error("FAILED %s: %s", plan.cell.slug, result.summary)
             if not keep_going:
                 break
     return results
@@ -125,19 +152,50 @@ def all_built(results: Sequence[BuildResult], planned: Sequence[Cell]) -> bool:
     return all(result.ok for result in results) and not unbuilt(results, planned)
 
 
-def summary_table(results: Sequence[BuildResult], planned: Sequence[Cell] = ()) -> str:
-    """One row per planned cell: built (ok or FAILED with advice, time, size) or not built."""
+def summary_table(results: Sequence[BuildResult], planned: Sequence[Cell] = (), width: int = TABLE_WIDTH) -> str:
+    """One short row per planned cell (ok, FAILED (n) or not built; time, size); under it the images built, to
+    `docker run`, and, numbered to match, what failed with the line of output that shows it and the ways out. Every
+    line fits `width` columns: a raw BuildKit error runs to hundreds of characters, so it never goes in a cell."""
+    failed = [result for result in results if not result.ok]
+    number = {id(result): n for n, result in enumerate(failed, start=1)}
     rows = [
         [
             r.cell.slug,
-            ", ".join(r.cell.tags),
-            "ok" if r.ok else f"FAILED: {r.error}",
+            "ok" if r.ok else f"FAILED ({number[id(r)]})",
             f"{r.seconds:.0f}s",
             f"{r.size / 1e9:.2f} GB" if r.size else "-",
         ]
         for r in results
     ]
-    rows += [
-        [c.slug, ", ".join(c.tags), "not built (an earlier build failed)", "-", "-"] for c in unbuilt(results, planned)
-    ]
-    return format_table(["cell", "tags", "result", "duration", "size"], rows)
+    missing = unbuilt(results, planned)
+    rows += [[cell.slug, "not built", "-", "-"] for cell in missing]
+    blocks = [format_table(["cell", "result", "duration", "size"], rows)]
+    built = [ref for result in results if result.ok for ref in result.cell.refs]
+    if built:
+        blocks.append("\n".join([f"Built ({RUN_HINT}):", *(f"  {ref}" for ref in built)]))
+    blocks += [_failure_text(n, result, width) for n, result in enumerate(failed, start=1)]
+    if missing:
+        blocks.append("Not built: a build before them failed (--keep-going builds the others after a failure).")
+    return "\n\n".join(blocks)
+
+
+def _failure_text(number: int, result: BuildResult, width: int) -> str:
+    """`(n) cell: summary`, the line of output that shows it, and the advice, wrapped at `width`."""
+    lines = _wrap(f"({number}) {result.cell.slug}: {result.summary}", width, "")
+    diagnosis = result.diagnosis
+    if diagnosis is not None and diagnosis.evidence:
+        lines += _wrap(f"error: {diagnosis.evidence}", width, "    ", hang="           ")
+    for line in (result.error or "").splitlines():
+        lines += _wrap(line, width, "    ")
+    return "\n".join(lines)
+
+
+def _wrap(line: str, width: int, indent: str, hang: str | None = None) -> list[str]:
+    """One line of text wrapped at `width` under `indent`; a bullet's ("  - ") continuation lines under its text."""
+    text = line.lstrip(" ")
+    lead = indent + line[: len(line) - len(text)]
+    if hang is None:
+        hang = lead + ("  " if text.startswith("- ") else "")
+    return textwrap.wrap(
+        text, width, initial_indent=lead, subsequent_indent=hang, break_long_words=True, break_on_hyphens=False
+    ) or [""]

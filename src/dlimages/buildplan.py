@@ -264,7 +264,7 @@ def plan_run(
     epochs = {cell.slug: source_date_epoch(root, cell, runner) for cell in cells}
     choices = choose_all(cells, source, BaseLock.load(root / BASES_LOCK_FILE))
     if resolve_bases:
-        choices = basesource.resolve(choices, source, every_cell or cells, matrix, runner)
+        choices = basesource.resolve(choices, source, every_cell or cells, matrix, runner, profile)
     return plan_builds(matrix, cells, profile, secrets, workdir, revision, epochs, root, choices, source)
 
 

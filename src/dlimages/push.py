@@ -2,6 +2,7 @@
 
 Deciding is pure (`plan_push`, `failure_kind`, `parse_digest`, `parse_remote_tag`, `daemon_treats_as_insecure`);
 `push_image` runs every command through a `Runner`, so unit tests hand in a fake docker and need no engine.
+`docker push` is streamed, so a multi-GB push shows its progress (progress.py) while it runs.
 """
 
 from __future__ import annotations
@@ -14,21 +15,31 @@ import ipaddress
 import json
 import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from dlimages.errors import InputError, Problem
+from dlimages.progress import (
+    Layer,
+    ProgressDisplay,
+    PushProgress,
+    is_push_output,
+    parse_diff_ids,
+    parse_history,
+    push_layers,
+)
 from dlimages.references import REGISTRY_ALLOWED, ref_problems, registry_problems, registry_ref, split_tag
-from dlimages.runner import DEFAULT, Result, Runner
+from dlimages.runner import DEFAULT, NOT_FOUND, TIMED_OUT, Result, Runner
 
 Sleep = Callable[[float], None]
 Failure = Literal["auth", "transient", "unreachable", "other"]
 
-PUSH_TIMEOUT_S = 3600.0  # a multi-GB CUDA image over a slow uplink; a hang beyond this counts as transient
+PUSH_TIMEOUT_S = 3600.0  # one try of a multi-GB image over a slow uplink; a hang beyond this counts as transient
 INSPECT_TIMEOUT_S = 30.0
 MAX_RETRIES = 10  # backoff doubles from 2 s: ten retries already wait 34 minutes in all
 RETRIES_ALLOWED = f"a whole number from 0 to {MAX_RETRIES}"
@@ -248,15 +259,26 @@ class _Outcome:
         return self.last.ok
 
 
+class _Hung(KeyboardInterrupt):
+    """A streamed command ran past its deadline. A KeyboardInterrupt, because that is what makes the runner stop
+    the command it streams (it terminates the child, then re-raises); `_Signals.bounded` turns it into a result."""
+
+
 class _Signals:
     """SIGINT and SIGTERM during a push: the first one raises KeyboardInterrupt where the push is (which kills the
     docker command it waits on); if it comes while a temporary tag is being removed, the removal finishes first and
     `check` raises it after. Later signals are ignored, so the cleanup always finishes. Handlers exist only in the
-    main thread, as signals do."""
+    main thread, as signals do.
+
+    SIGALRM bounds a streamed command (`bounded`): a timer thread sends it to the main thread, where it interrupts
+    the blocking read of the command's output and the handler raises _Hung."""
 
     def __init__(self) -> None:
         self.received: str | None = None
         self._cleaning = False
+        self._installed = False
+        self._alarm_due = False  # a deadline passed and its SIGALRM is on its way
+        self._previous_alarm: Any = None
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.received is not None:
@@ -265,17 +287,52 @@ class _Signals:
         if not self._cleaning:
             raise KeyboardInterrupt(self.received)
 
+    def _alarm(self, signum: int, frame: FrameType | None) -> None:
+        if self._alarm_due:
+            self._alarm_due = False
+            raise _Hung
+        if callable(self._previous_alarm):  # not ours: whoever set SIGALRM up before gets it
+            self._previous_alarm(signum, frame)
+
     @contextlib.contextmanager
     def installed(self) -> Iterator[_Signals]:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
         previous = {number: signal.signal(number, self._handle) for number in (signal.SIGINT, signal.SIGTERM)}
+        previous[signal.SIGALRM] = self._previous_alarm = signal.signal(signal.SIGALRM, self._alarm)
+        self._installed = True
         try:
             yield self
         finally:
+            self._installed = False
             for number, handler in previous.items():
                 signal.signal(number, signal.SIG_DFL if handler is None else handler)
+
+    def bounded(self, seconds: float, run: Callable[[], int]) -> int | None:
+        """run() unless it takes more than `seconds`: then it is interrupted (the runner stops its command) and the
+        answer is None. Without our handlers (off the main thread) run() is not bounded."""
+        if not self._installed:
+            return run()
+        main = threading.main_thread().ident
+        assert main is not None
+
+        def expire() -> None:
+            self._alarm_due = True
+            signal.pthread_kill(main, signal.SIGALRM)
+
+        timer = threading.Timer(seconds, expire)
+        timer.daemon = True
+        try:
+            try:
+                timer.start()
+                return run()
+            finally:
+                timer.cancel()
+                timer.join()
+                self._alarm_due = False  # too late to matter: the command has ended
+        except _Hung:
+            return None
 
     @contextlib.contextmanager
     def cleanup(self) -> Iterator[None]:
@@ -312,6 +369,7 @@ def push_image(
     timeout: float = PUSH_TIMEOUT_S,
     moving: Collection[str] = (),
     force_overwrite: bool = False,
+    out: TextIO | None = None,
 ) -> list[PushResult]:
     """Push every local ref to every registry and prove each push by pulling its digest back.
 
@@ -325,6 +383,10 @@ def push_image(
     raises PushInterrupted); local tags and images are never touched. Once a registry refuses the credentials or
     cannot be reached, its remaining refs are not tried.
 
+    Each `docker push` shows its progress on `out` (stdout when None): layers done of all, their uncompressed
+    bytes, elapsed time; one line rewritten in place on a terminal, else a line per finished layer and at least
+    one every 30 s. Each try of a push is stopped after `timeout` seconds (a hang is a transient failure).
+
     Returns the results when every push was verified; otherwise raises PushError whose message names each
     failure and what to do, with all results attached. Raises InputError for bad refs or registries, or
     refs that are not local images.
@@ -337,9 +399,9 @@ def push_image(
     if problems:
         raise InputError(problems)
     targets = plan_push(refs, registries)
-    settings = _Settings(runner, sleep, retries, backoff, timeout)
-    results: list[PushResult] = []
     signals = _Signals()
+    settings = _Settings(runner, sleep, retries, backoff, timeout, signals, sys.stdout if out is None else out)
+    results: list[PushResult] = []
     with signals.installed():
         try:
             local_ids = _local_ids(runner, list(dict.fromkeys(refs)))
@@ -376,10 +438,25 @@ class _Settings:
     retries: int
     backoff: float
     timeout: float
+    signals: _Signals
+    out: TextIO
     _registry_config: Mapping[str, Any] | None = None
+    _layers: dict[str, tuple[Layer, ...]] = field(default_factory=dict)  # image ID -> its layers
 
     def with_retries(self, argv: list[str], timeout: float | None = None) -> _Outcome:
-        return _with_retries(self.runner, argv, self.retries, self.backoff, self.sleep, timeout or self.timeout)
+        def once(_attempt: int) -> Result:
+            return self.runner(argv, timeout=timeout or self.timeout)
+
+        return _with_retries(once, self.retries, self.backoff, self.sleep)
+
+    def push(self, target: PushTarget, local_id: str) -> _Outcome:
+        """`docker push`, streamed with its progress shown, tried again as `with_retries` does."""
+        if local_id not in self._layers:
+            self._layers[local_id] = _image_layers(self.runner, local_id)
+        layers = self._layers[local_id]
+        return _with_retries(
+            lambda attempt: _stream_push(target, layers, attempt, self), self.retries, self.backoff, self.sleep
+        )
 
     def insecure(self, registry: str) -> bool:
         """Whether dockerd reaches `registry` without verified TLS (its RegistryConfig is read once, when needed)."""
@@ -511,7 +588,7 @@ def _push_tagged(target: PushTarget, local_id: str, settings: _Settings) -> tupl
     runner = settings.runner
 
     started = time.monotonic()
-    pushed = settings.with_retries(["docker", "push", remote])
+    pushed = settings.push(target, local_id)
     push_seconds = time.monotonic() - started
     if not pushed.ok:
         give_up = pushed.kind in ("auth", "transient", "unreachable")
@@ -547,19 +624,59 @@ def _push_message(target: PushTarget, outcome: _Outcome) -> str:
     return f"{registry} rejected {ref}: {outcome.last.last_line}"
 
 
-def _with_retries(
-    runner: Runner, argv: list[str], retries: int, backoff: float, sleep: Sleep, timeout: float
-) -> _Outcome:
+def _with_retries(once: Callable[[int], Result], retries: int, backoff: float, sleep: Sleep) -> _Outcome:
     attempt = 0
     while True:
         attempt += 1
-        done = runner(argv, timeout=timeout)
+        done = once(attempt)
         if done.ok:
             return _Outcome(done, attempt)
         kind = failure_kind(done.err or done.out)  # stdout holds progress lines, which say nothing
         if kind != "transient" or attempt > retries:
             return _Outcome(done, attempt, kind)
         sleep(backoff * 2 ** (attempt - 1))
+
+
+def _image_layers(runner: Runner, image_id: str) -> tuple[Layer, ...]:
+    """The image's layers as `docker push` names them, with their uncompressed sizes where history tells them;
+    none when the engine cannot say (the progress then counts the layers docker names, without bytes)."""
+    inspect = ["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", image_id]
+    rootfs = runner(inspect, timeout=INSPECT_TIMEOUT_S)
+    diff_ids = parse_diff_ids(rootfs.out) if rootfs.ok else None
+    if not diff_ids:
+        return ()
+    rows = ["docker", "history", "--human=false", "--no-trunc", "--format", "{{.Size}} {{json .CreatedBy}}", image_id]
+    history = runner(rows, timeout=INSPECT_TIMEOUT_S)
+    return push_layers(diff_ids, parse_history(history.out) if history.ok else None)
+
+
+def _stream_push(target: PushTarget, layers: Sequence[Layer], attempt: int, settings: _Settings) -> Result:
+    """One try of `docker push`, its output streamed through a PushProgress; the Result a captured run would give
+    (docker's progress lines as stdout, anything else, its errors, as stderr), 124 when it passed the timeout."""
+    argv = ("docker", "push", target.remote_ref)
+    display = ProgressDisplay(PushProgress(target.ref, target.registry, layers, attempt=attempt), settings.out)
+    lines: list[str] = []
+
+    def on_line(line: str) -> None:
+        lines.append(line)
+        display.feed(line)
+
+    try:
+        with display.ticking():
+            code = settings.signals.bounded(settings.timeout, lambda: settings.runner.stream(argv, on_line))
+    except KeyboardInterrupt:
+        display.finish("interrupted")
+        raise
+    if code is None:
+        lines.append(f"docker push timed out after {settings.timeout:g} s")
+        display.finish(f"stopped after {settings.timeout:g} s")
+    else:
+        display.finish(None if code == 0 else f"failed (exit {code})")
+    out = "".join(f"{line}\n" for line in lines if is_push_output(line))
+    err = "".join(f"{line}\n" for line in lines if not is_push_output(line))
+    if code is None:
+        return Result(argv, TIMED_OUT, out, err, hung=True)
+    return Result(argv, code, out, err, missing=code == NOT_FOUND)
 
 
 def _untag(runner: Runner, ref: str, remote: str, local_id: str) -> str | None:

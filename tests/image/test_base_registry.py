@@ -215,7 +215,8 @@ def test_rehosted_bases_build_a_cell_with_no_local_base_and_labels_name_them(
         refused = invoke(clone, stranger, "build", *CELL_FLAGS, "--base-registry", prefix, "--no-engine-setup")
         said = refused.stdout + refused.stderr
         assert refused.returncode == 1, said[-3000:]
-        assert f"the base image {base_ref} cannot be pulled from {registry.address} (--base-registry)" in said
+        assert f"The base image {BASE} cannot be pulled from the registry at {registry.address}" in said
+        assert f"as {base_ref}: it asks for credentials" in said
         assert f"`docker login {registry.address}`" in said and "#1 " not in said  # no build step ran
 
     with without_local_base(tmp_path):
@@ -235,7 +236,8 @@ def test_an_unreachable_base_registry_gets_the_advice_and_moves_no_tag(clone: Pa
     done = invoke(clone, dict(os.environ), "build", *CELL_FLAGS, "--base-registry", f"{address}/mirror")
     said = done.stdout + done.stderr
     assert done.returncode == 1, said[-3000:]
-    assert f"the base image {address}/mirror/{BASE} cannot be pulled from {address} (--base-registry)" in said
-    assert "connection refused" in said and f"`invoke bases.mirror --to {address}/mirror`" in said
-    assert "`invoke build --cuda 12.1 --torch 2.1.2 --python 3.11 --flavor runtime` makes this base here" in said
+    assert f"The base image {BASE} cannot be pulled from the registry at {address}" in said
+    assert f"as {address}/mirror/{BASE}: connection refused" in said
+    assert f"`invoke bases.mirror --to {address}/mirror`" in said
+    assert "`invoke build --cuda 12.1 --torch 2.1.2 --python 3.11 --flavor runtime` without --base-registry" in said
     assert RUNNER.image_id(cell_refs[0]) == before

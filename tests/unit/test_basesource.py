@@ -23,12 +23,12 @@ from dlimages.basesource import (
     qualified,
     registry_path,
     resolve,
-    unavailable_advice,
 )
 from dlimages.buildplan import Secrets, plan_builds
 from dlimages.cells import Cell, Expansion
 from dlimages.errors import InputError
 from dlimages.runner import Runner
+from dlimages.selection import flags_for
 from dlimages.spec import Matrix
 
 UBUNTU = "ubuntu:22.04"
@@ -191,25 +191,30 @@ def test_resolve_asks_the_registry_once_per_base(expansion: Expansion, matrix: M
 def test_an_unreachable_base_registry_says_which_base_where_and_the_ways_out(
     expansion: Expansion, matrix: Matrix
 ) -> None:
+    [cell] = [c for c in expansion.cells if c.bootstrap_base][-1:]
     own = BaseSource("127.0.0.1:1/mirror", "--base-registry", own=True)
     name = f"127.0.0.1:1/mirror/{LOCAL_BASE}"
     said = 'time="x" level=fatal msg="pinging container registry 127.0.0.1:1: connect: connection refused"'
     runner = skopeo_runner({name: subprocess.CompletedProcess([], 1, "", said)}, [])
     with pytest.raises(BaseUnavailable) as caught:
-        resolve({"a": BaseChoice("a", name, resolve=True)}, own, expansion.cells, matrix, runner)
+        resolve({cell.slug: BaseChoice(cell.slug, name, resolve=True)}, own, expansion.cells, matrix, runner)
     text = str(caught.value)
-    assert f"the base image {name} cannot be pulled from 127.0.0.1:1 (--base-registry)" in text
-    assert "connection refused" in text
+    assert text.startswith(f"error: The base image {LOCAL_BASE} cannot be pulled from the registry at 127.0.0.1:1")
+    assert f"as {name}: connection refused" in text
     assert "`invoke bases.mirror --to 127.0.0.1:1/mirror`" in text
-    assert "docker login 127.0.0.1:1" in text
-    offline = [c for c in expansion.cells if c.bootstrap_base]
-    assert offline and "`invoke build --cuda " in text and f"--python {offline[-1].python}" in text
+    assert f"`invoke build {flags_for(cell)}` without --base-registry" in text
 
 
-def test_docker_hub_unreachable_names_the_profiles_with_a_registry(expansion: Expansion, matrix: Matrix) -> None:
-    text = unavailable_advice(UBUNTU, "the registry is not reachable", BaseSource(), expansion.cells, matrix)
-    assert text.startswith(f"error: the base image {UBUNTU} cannot be pulled from docker.io")
-    assert "--mirror cloud" in text  # the fixture's one profile with `bases`
+def test_a_profile_mirror_that_fails_names_it_and_a_registry_of_ones_own(expansion: Expansion, matrix: Matrix) -> None:
+    [cell] = [c for c in expansion.cells if not c.bootstrap_base][:1]
+    source = BaseSource.from_flags(matrix, "cloud", None)
+    name = source.ref_for(cell)
+    said = 'time="x" level=fatal msg="pinging container registry hub.cloud.example.net: lookup: no such host"'
+    runner = skopeo_runner({name: subprocess.CompletedProcess([], 1, "", said)}, [])
+    with pytest.raises(BaseUnavailable) as caught:
+        resolve({cell.slug: choose(cell, source, BaseLock())}, source, expansion.cells, matrix, runner, "cloud")
+    text = str(caught.value)
+    assert f"through mirror profile cloud's registry mirror hub.cloud.example.net/docker.io, as {name}" in text
     assert "--base-registry HOST[/PREFIX]" in text and "invoke bases.mirror --to HOST[/PREFIX]" in text
 
 

@@ -12,17 +12,45 @@ from typing import Any
 
 import pytest
 
-from dlimages.builder import BuildResult, all_built, explain_failure, run_build, summary_table
+from dlimages.advice import MIRROR_BASES, Remedies
+from dlimages.builder import (
+    TABLE_WIDTH,
+    BuildResult,
+    all_built,
+    attempt_of,
+    explain_failure,
+    run_build,
+    run_builds,
+    summary_table,
+)
 from dlimages.buildplan import BuildPlan, Secrets, plan_build
-from dlimages.cells import Expansion
+from dlimages.cells import Cell, Expansion
 from dlimages.mirrors import MirrorArgs
 from dlimages.runner import Runner
+from dlimages.spec import Matrix
+
+# Real output (cut to the failed step): the cell's pip step with PIP_INDEX_URL=http://127.0.0.1:9/simple/, and a base
+# registry (.ci/registry.sh) that does not have the base.
+PIP_STEP = r"""
+#9 [stage-0 4/9] RUN --mount=type=tmpfs,target=/mnt     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize     --mount=type=bind,source=pytorch/cuda12.1-torch2.1.2-py3.11-runtime/pip.lock,target=/mnt/pip.lock     --mount=type=secret,id=pip_ca,uid=1000     --mount=type=secret,id=netrc,uid=1000     umask 0022  && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi  && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi  && useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev  && install -d -o dev -g dev /workspace /opt/venv /home/dev/.cache /home/dev/.cache/pip  && export HOME=/home/dev  && setpriv --reuid=1000 --regid=1000 --clear-groups python3 -m venv /opt/venv  && setpriv --reuid=1000 --regid=1000 --clear-groups /opt/venv/bin/python -m pip install --no-cache-dir --no-deps --require-hashes --only-binary=:all: -r /mnt/pip.lock  && /mnt/dl-normalize
+#9 3.863 Looking in indexes: http://127.0.0.1:9/simple/
+#9 11.38 WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPConnection object at 0x7f8dc7a84bd0>: Failed to establish a new connection: [Errno 111] Connection refused')': /simple/pip/
+#9 11.38 ERROR: Could not find a version that satisfies the requirement pip==24.3.1 (from versions: none)
+#9 11.38 ERROR: No matching distribution found for pip==24.3.1
+#9 ERROR: process "/bin/bash -o pipefail -c umask 0022  && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi  && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi  && useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev  && install -d -o dev -g dev /workspace /opt/venv /home/dev/.cache /home/dev/.cache/pip  && export HOME=/home/dev  && setpriv --reuid=1000 --regid=1000 --clear-groups python3 -m venv /opt/venv  && setpriv --reuid=1000 --regid=1000 --clear-groups /opt/venv/bin/python -m pip install --no-cache-dir --no-deps --require-hashes --only-binary=:all: -r /mnt/pip.lock  && /mnt/dl-normalize" did not complete successfully: exit code: 1
+ERROR: failed to solve: process "/bin/bash -o pipefail -c umask 0022  && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi  && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi  && useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev  && install -d -o dev -g dev /workspace /opt/venv /home/dev/.cache /home/dev/.cache/pip  && export HOME=/home/dev  && setpriv --reuid=1000 --regid=1000 --clear-groups python3 -m venv /opt/venv  && setpriv --reuid=1000 --regid=1000 --clear-groups /opt/venv/bin/python -m pip install --no-cache-dir --no-deps --require-hashes --only-binary=:all: -r /mnt/pip.lock  && /mnt/dl-normalize" did not complete successfully: exit code: 1
+"""  # noqa: E501
+BASE_STEP = r"""
+#2 [internal] load metadata for 127.0.0.1:5391/mirror/dlimages/base:debian12
+#2 ERROR: 127.0.0.1:5391/mirror/dlimages/base:debian12: not found
+ERROR: failed to solve: 127.0.0.1:5391/mirror/dlimages/base:debian12: failed to resolve source metadata for 127.0.0.1:5391/mirror/dlimages/base:debian12: 127.0.0.1:5391/mirror/dlimages/base:debian12: not found
+"""  # noqa: E501
 
 
 @pytest.mark.parametrize(
     ("output", "advice"),
     [
-        ("write /var/lib/docker/tmp/x: no space left on device", "the disk is full"),
+        ("write /var/lib/docker/tmp/x: no space left on device", "The disk is full"),
         ("ERROR: No matching distribution found for torch==9.9.9", "does not exist on the index"),
         ("SSLError(SSLCertVerificationError(... CERTIFICATE_VERIFY_FAILED", "--ca-bundle"),
         ("Cannot connect to the Docker daemon at unix:///var/run/docker.sock", "not reachable"),
@@ -120,7 +148,111 @@ def test_summary_names_cells_not_built_after_a_failure(plan: BuildPlan, expansio
     failed = BuildResult(plan.cell, False, 3.0, error="the disk is full")
     later = next(cell for cell in expansion.cells if cell.slug != plan.cell.slug)
     table = summary_table([failed], [plan.cell, later])
-    assert "FAILED: the disk is full" in table and "not built (an earlier build failed)" in table
+    rows = [line.split() for line in table.splitlines()[2:4]]
+    assert rows == [[plan.cell.slug, "FAILED", "(1)", "3s", "-"], [later.slug, "not", "built", "-", "-"]]
+    assert f"(1) {plan.cell.slug}: the disk is full" in table.splitlines()
     assert not all_built([failed], [plan.cell, later])
     assert not all_built([BuildResult(plan.cell, True, 3.0)], [plan.cell, later])
     assert all_built([BuildResult(plan.cell, True, 3.0)], [plan.cell])
+
+
+@pytest.fixture
+def offline(expansion: Expansion) -> Cell:
+    """The fixture's PyTorch cell on the offline base, as the real PyTorch CI cell is."""
+    return next(cell for cell in expansion.cells if cell.slug == "cuda12.1-torch2.1.2-py3.11-runtime")
+
+
+def test_a_failed_build_is_explained_with_what_the_plan_used(
+    offline: Cell, matrix: Matrix, expansion: Expansion, tmp_path: Path
+) -> None:
+    registry_base = "127.0.0.1:5391/mirror/dlimages/base:debian12"
+    plan = plan_build(offline, MirrorArgs("none"), Secrets(), base_image=registry_base, iidfile=tmp_path / "iid")
+    engine = FakeEngine(plan, 1, BASE_STEP.strip().splitlines())
+    remedies = Remedies.from_matrix(matrix, expansion.cells)
+    result = run_build(plan, tmp_path, io.StringIO(), Runner(engine.run, engine.stream), remedies=remedies)
+    assert result.diagnosis is not None and result.diagnosis.kind == "base"
+    assert result.summary == "base image not pullable (127.0.0.1:5391)"
+    assert result.error is not None and "(--base-registry 127.0.0.1:5391/mirror)" in result.error
+    assert f"`{MIRROR_BASES} --to 127.0.0.1:5391/mirror`" in result.error
+    assert engine.tagged == []
+
+
+def test_the_attempt_is_read_off_the_plan(offline: Cell, tmp_path: Path) -> None:
+    mirror = MirrorArgs("cloud", pip_index="http://127.0.0.1:9/simple/", torch_index="", torch_find_links="https://x/")
+    plan = plan_build(offline, mirror, Secrets(), base_image="reg.example/p/dlimages/base:debian12", iidfile=tmp_path)
+    attempt = attempt_of(plan)
+    assert (attempt.cell, attempt.profile, attempt.base_image) == (
+        offline,
+        "cloud",
+        "reg.example/p/dlimages/base:debian12",
+    )
+    assert (attempt.pip_index, attempt.torch_index, attempt.torch_find_links) == (
+        "http://127.0.0.1:9/simple/",
+        None,  # "" only switches PyTorch's index off
+        "https://x/",
+    )
+
+
+def test_run_builds_says_one_line_per_failure_and_stops(
+    plan: BuildPlan, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = FakeEngine(plan, 1, PIP_STEP.strip().splitlines())
+    with caplog.at_level("ERROR", logger="dlimages.builder"):
+        results = run_builds(
+            [plan, plan], tmp_path, keep_going=False, out=io.StringIO(), runner=Runner(engine.run, engine.stream)
+        )
+    assert len(results) == 1 and results[0].summary == "PyPI unreachable (127.0.0.1:9)"
+    assert [record.getMessage() for record in caplog.records] == [
+        f"FAILED {plan.cell.slug}: PyPI unreachable (127.0.0.1:9)"
+    ]
+
+
+def test_the_summary_table_fits_100_columns_with_real_errors(
+    offline: Cell, plan: BuildPlan, matrix: Matrix, expansion: Expansion, tmp_path: Path
+) -> None:
+    remedies = Remedies.from_matrix(matrix, expansion.cells)
+    pip_plan = plan_build(
+        offline, MirrorArgs("none", pip_index="http://127.0.0.1:9/simple/"), Secrets(), iidfile=tmp_path / "a"
+    )
+    base_plan = plan_build(
+        offline,
+        MirrorArgs("none"),
+        Secrets(),
+        base_image="127.0.0.1:5391/mirror/dlimages/base:debian12",
+        iidfile=tmp_path / "b",
+    )
+    results = []
+    for failing, lines in ((pip_plan, PIP_STEP), (base_plan, BASE_STEP)):
+        engine = FakeEngine(failing, 1, lines.strip().splitlines())
+        results.append(
+            run_build(failing, tmp_path, io.StringIO(), Runner(engine.run, engine.stream), remedies=remedies)
+        )
+    unexplained = BuildResult(plan.cell, False, 8.0, error=explain_failure([PIP_STEP.strip().splitlines()[-1]]))
+    good = BuildResult(expansion.cells[1], True, 754.2, "sha256:" + "d" * 64, 5_870_000_000)
+    later = expansion.cells[2]
+    text = summary_table([*results, unexplained, good], [offline, plan.cell, good.cell, later])
+    lines = text.splitlines()
+    too_wide = [line for line in lines if len(line) > TABLE_WIDTH]
+    assert not too_wide, "\n".join(too_wide)
+    table = [line.split() for line in lines[: lines.index("")]]
+    assert table == [
+        ["cell", "result", "duration", "size"],
+        table[1],  # the rule
+        [offline.slug, "FAILED", "(1)", f"{results[0].seconds:.0f}s", "-"],
+        [offline.slug, "FAILED", "(2)", f"{results[1].seconds:.0f}s", "-"],
+        [plan.cell.slug, "FAILED", "(3)", "8s", "-"],
+        [good.cell.slug, "ok", "754s", "5.87", "GB"],
+        [later.slug, "not", "built", "-", "-"],
+    ]
+    # Under the table: what was built, with every tag to `docker run`; then each failure, numbered to match.
+    assert all(f"  {ref}" in lines for ref in good.cell.refs)
+    first = lines.index(f"(1) {offline.slug}: PyPI unreachable (127.0.0.1:9)")
+    assert lines[first - 2] == "  " + good.cell.refs[-1]  # the built images come before the failures
+    second = lines.index(f"(2) {offline.slug}: base image not pullable (127.0.0.1:5391)")
+    third = next(n for n, line in enumerate(lines) if line.startswith(f"(3) {plan.cell.slug}: "))
+    assert first < second < third
+    assert lines[first + 1].startswith("    error: WARNING: Retrying (Retry(total=0")
+    assert "    pip could not reach the package index at 127.0.0.1:9 (http://127.0.0.1:9/simple/): connection" in lines
+    assert any(line.startswith("      - ") for line in lines[second:third])  # ways out, indented under their failure
+    # The long error (the whole RUN line) is shortened and wrapped, never one 700-character line.
+    assert text.count("/opt/venv/bin/python -m pip install") <= 1

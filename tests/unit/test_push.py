@@ -1,12 +1,17 @@
-"""push.py without Docker: a fake `docker` that keeps tags and a registry in dicts and fails on cue."""
+"""push.py without Docker: a fake `docker` that keeps tags and a registry in dicts and fails on cue; `docker push`
+is streamed line by line as the runner streams it, with its progress shown."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +19,7 @@ from fake_docker import LOCAL_ID, OTHER_ID, REF, REFUSED, REG, REMOTE, FakeDocke
 
 from dlimages.errors import InputError
 from dlimages.push import (
+    PUSH_TIMEOUT_S,
     PushError,
     PushInterrupted,
     RemoteTag,
@@ -27,17 +33,44 @@ from dlimages.push import (
 )
 from dlimages.runner import Runner
 
+Docker = Callable[..., "subprocess.CompletedProcess[str]"]
+LAYER = "bcac0a5b6318"  # the one layer FakeDocker's push reports
+CAPTURED = {"input": None, "capture_output": True, "text": True, "errors": "replace", "check": False}
+
+
+def runner(docker: Docker) -> Runner:
+    """A Runner over a fake docker, as Runner(subprocess.run, stream_subprocess) is over the real one: captured
+    calls go to it as to subprocess.run; a streamed one (docker push) too, its stdout and then its stderr handed on
+    line by line. The image's layers (what the progress counts) are answered here: FakeDocker knows no layers."""
+
+    def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if argv[1:5] == ["image", "inspect", "--format", "{{json .RootFS.Layers}}"]:
+            return subprocess.CompletedProcess(argv, 0, json.dumps([f"sha256:{LAYER}{'0' * 52}"]) + "\n", "")
+        if argv[1] == "history":
+            return subprocess.CompletedProcess(argv, 0, '74502183 "mmdebstrap --variant=minbase bookworm"\n', "")
+        return docker(argv, **kwargs)
+
+    def stream(argv: Sequence[str], _cwd: Path | None, on_line: Callable[[str], None]) -> int:
+        done = run(list(argv), **CAPTURED, timeout=PUSH_TIMEOUT_S)
+        for line in (done.stdout + done.stderr).splitlines():
+            on_line(line)
+        return done.returncode
+
+    return Runner(run, stream)
+
 
 def push(docker: FakeDocker, refs: Sequence[str] = (REF,), registries: Sequence[str] = (REG,), **kw: Any) -> Any:
     sleeps: list[float] = []
-    results = push_image(list(refs), list(registries), runner=Runner(docker), sleep=sleeps.append, **kw)
+    kw.setdefault("out", io.StringIO())
+    results = push_image(list(refs), list(registries), runner=runner(docker), sleep=sleeps.append, **kw)
     return results, sleeps
 
 
 def push_failing(docker: FakeDocker, registries: Sequence[str] = (REG,), **kw: Any) -> tuple[PushError, list[float]]:
     sleeps: list[float] = []
+    kw.setdefault("out", io.StringIO())
     with pytest.raises(PushError) as caught:
-        push_image([REF], list(registries), runner=Runner(docker), sleep=sleeps.append, **kw)
+        push_image([REF], list(registries), runner=runner(docker), sleep=sleeps.append, **kw)
     return caught.value, sleeps
 
 
@@ -115,20 +148,88 @@ def test_transient_failure_is_retried_with_exponential_backoff() -> None:
     assert sleeps == [2.0, 4.0]
 
 
-def test_timeout_counts_as_transient() -> None:
-    docker = FakeDocker()
-    calls = 0
+def test_a_push_that_hangs_is_stopped_at_its_timeout_and_retried() -> None:
+    docker, out = FakeDocker(), io.StringIO()
+    streamed = runner(docker)
+    hung: list[float] = []
 
-    def hanging_once(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        nonlocal calls
-        if argv[1] == "push" and calls == 0:
-            calls += 1
-            raise subprocess.TimeoutExpired(argv, kwargs["timeout"])
-        return docker(argv, **kwargs)
+    def hanging_once(argv: Sequence[str], cwd: Path | None, on_line: Callable[[str], None]) -> int:
+        if not hung:
+            on_line(f"The push refers to repository [{REG}/lab/pytorch-universal-dev]")
+            hung.append(time.monotonic())
+            time.sleep(60)  # a registry that never answers; the deadline interrupts this
+            raise AssertionError("the deadline did not interrupt the hung push")
+        hung.append(time.monotonic())
+        return streamed.stream_lines(argv, cwd, on_line)
 
     sleeps: list[float] = []
-    (result,) = push_image([REF], [REG], runner=Runner(hanging_once), sleep=sleeps.append, backoff=0.5)
+    before = signal.getsignal(signal.SIGALRM)
+    (result,) = push_image(
+        [REF], [REG], runner=Runner(streamed.run, hanging_once), sleep=sleeps.append, backoff=0.5, timeout=0.3, out=out
+    )
     assert result.ok and result.attempts == 2 and sleeps == [0.5]
+    assert 0.3 <= hung[1] - hung[0] < 5
+    first, *_ = out.getvalue().splitlines()
+    assert first.endswith(f" -> {REG}: 0/1 layers, 0.0/74.5 MB, 0s, stopped after 0.3 s") and len(first) <= 100
+    assert signal.getsignal(signal.SIGALRM) is before
+
+
+def shown(out: io.StringIO) -> list[str]:
+    """The progress lines push_image printed (no terminal: one per finished layer and per try's end), each checked
+    to fit 100 columns and name the push (its ref's middle may be cut), given from the registry on."""
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= 100 and line.startswith("push lab/p") for line in lines), lines
+    return [line.split(f" -> {REG}", 1)[1] for line in lines]
+
+
+def test_progress_is_shown_per_push_and_does_not_decide_how_it_failed() -> None:
+    docker, out = FakeDocker(), io.StringIO()
+    # A repository named like a failure: only docker's error lines (not its progress) say how a push failed.
+    noise = f"The push refers to repository [{REG}/lab/denied-timeout]\n{LAYER}: Mounted from lab/unauthorized-eof\n"
+    docker.push_replies = [(1, noise, "name unknown: repository name not known to registry")]
+    error, sleeps = push_failing(docker, out=out)
+    assert error.results[0].attempts == 1 and sleeps == []
+    assert error.results[0].error == f"{REG} rejected {REF}: name unknown: repository name not known to registry"
+    assert shown(out) == [
+        ": 1/1 layers (1 already there), 74.5/74.5 MB, 0s",
+        ": 1/1 layers (1 already there), 74.5/74.5 MB, 0s, failed (exit 1)",
+    ]
+
+    docker, out = FakeDocker(), io.StringIO()
+    docker.push_replies = [(1, "", REFUSED)]
+    push(docker, out=out)
+    assert shown(out) == [
+        ": 0/1 layers, 0.0/74.5 MB, 0s, failed (exit 1)",
+        " (try 2): 1/1 layers, 74.5/74.5 MB, 0s",
+        " (try 2): 1/1 layers, 74.5/74.5 MB, 0s, pushed",
+    ]
+
+
+def test_a_push_off_the_main_thread_installs_no_handlers_and_still_works() -> None:
+    found: list[Any] = []
+    thread = threading.Thread(target=lambda: found.append(push(FakeDocker())))
+    thread.start()
+    thread.join(timeout=30)
+    ((result,), _) = found[0]
+    assert result.ok
+
+
+def test_the_image_layers_are_read_once_per_image() -> None:
+    docker = FakeDocker({REF: LOCAL_ID, "lab/x:v1": LOCAL_ID})
+    reads: list[list[str]] = []
+    streamed = runner(docker)
+
+    def counting(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if argv[1] == "history" or "{{json .RootFS.Layers}}" in argv:
+            reads.append(argv)
+        return streamed.run(argv, **kwargs)
+
+    results = push_image(
+        [REF, "lab/x:v1"], [REG, "localhost:5001"], runner=Runner(counting, streamed.stream_lines), out=io.StringIO()
+    )
+    assert len(results) == 4 and all(result.ok for result in results)
+    assert [argv[1] for argv in reads] == ["image", "history"]
+    assert reads[0][-1] == reads[1][-1] == LOCAL_ID  # by image ID: a ref that moves meanwhile changes nothing
 
 
 def test_auth_failure_is_not_retried_and_says_docker_login() -> None:
@@ -136,7 +237,7 @@ def test_auth_failure_is_not_retried_and_says_docker_login() -> None:
     docker.push_replies = [(1, "The push refers to repository [127.0.0.1:5000/lab/x]\n", "no basic auth credentials")]
     sleeps: list[float] = []
     with pytest.raises(PushError) as caught:
-        push_image([REF, "lab/x:v1"], [REG, "localhost:5001"], runner=Runner(docker), sleep=sleeps.append)
+        push_image([REF, "lab/x:v1"], [REG, "localhost:5001"], runner=runner(docker), sleep=sleeps.append)
     message = f"{REG} refused the credentials for {REF}: run `docker login {REG}` (or check --registry)"
     assert message in str(caught.value)
     assert sleeps == []
@@ -214,7 +315,7 @@ def test_ref_rebuilt_during_push_keeps_the_temporary_tag_and_fails() -> None:
         return done
 
     with pytest.raises(PushError) as caught:
-        push_image([REF], [REG], runner=Runner(rebuilt_meanwhile), sleep=lambda _: None)
+        push_image([REF], [REG], runner=runner(rebuilt_meanwhile), sleep=lambda _: None)
     (result,) = caught.value.results
     assert result.verified and not result.ok  # the registry has what was pushed, but it is not REF any more
     assert result.error is not None and f"{REF} now names another image" in result.error
@@ -236,7 +337,7 @@ def test_engine_down_is_a_push_error() -> None:
         return subprocess.CompletedProcess(argv, 1, "", err)
 
     with pytest.raises(PushError, match="the Docker engine is not reachable"):
-        push_image([REF], [REG], runner=Runner(no_engine))
+        push_image([REF], [REG], runner=runner(no_engine))
 
 
 @pytest.mark.parametrize(("retries", "backoff"), [(-1, 2.0), (3, -0.5), (11, 2.0)])
@@ -372,7 +473,7 @@ def signal_during(docker: FakeDocker, verbs: dict[str, signal.Signals]) -> Calla
 def test_a_signal_during_the_push_removes_the_temporary_tag_and_says_so(sent: signal.Signals, code: int) -> None:
     docker = FakeDocker()
     with pytest.raises(PushInterrupted) as caught:
-        push_image([REF], [REG], runner=Runner(signal_during(docker, {"push": sent})), sleep=lambda _: None)
+        push_image([REF], [REG], runner=runner(signal_during(docker, {"push": sent})), sleep=lambda _: None)
     assert (caught.value.signal_name, caught.value.exit_code) == (sent.name, code)
     assert str(caught.value) == (
         f"interrupted by {sent.name} while pushing {REF} to {REG}: the temporary tag {REMOTE} was removed, and "
@@ -388,7 +489,7 @@ def test_a_second_signal_does_not_cut_the_cleanup_short() -> None:
     docker = FakeDocker({REF: LOCAL_ID, "lab/x:v1": LOCAL_ID})
     verbs = {"push": signal.SIGTERM, "rmi": signal.SIGINT}
     with pytest.raises(PushInterrupted) as caught:
-        push_image([REF, "lab/x:v1"], [REG], runner=Runner(signal_during(docker, verbs)), sleep=lambda _: None)
+        push_image([REF, "lab/x:v1"], [REG], runner=runner(signal_during(docker, verbs)), sleep=lambda _: None)
     assert caught.value.signal_name == "SIGTERM" and docker.tags == {REF: LOCAL_ID, "lab/x:v1": LOCAL_ID}
     assert not any(call[1] in ("tag", "push") and "lab/x" in call[-1] for call in docker.calls)  # nor begun
 
@@ -397,7 +498,7 @@ def test_a_second_signal_does_not_cut_the_cleanup_short() -> None:
 def test_a_signal_while_untagging_after_a_push_lets_the_untag_finish_then_stops() -> None:
     docker = FakeDocker({REF: LOCAL_ID, "lab/x:v1": LOCAL_ID})
     with pytest.raises(PushInterrupted) as caught:
-        push_image([REF, "lab/x:v1"], [REG], runner=Runner(signal_during(docker, {"rmi": signal.SIGTERM})), sleep=print)
+        push_image([REF, "lab/x:v1"], [REG], runner=runner(signal_during(docker, {"rmi": signal.SIGTERM})), sleep=print)
     assert str(caught.value) == (
         "interrupted by SIGTERM: no temporary tag is left and nothing local was changed.\n"
         "1 push was finished and verified before that."
