@@ -399,6 +399,7 @@ def bases_mirror(
         project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor), defaults=False
     )
     extra = inimage.check_images(image or [])
+    basesource.mirror_copies([], to, baselock.BaseLock(), extra, local=lambda _: False)  # exit 2 before the engine
     lock = baselock.BaseLock.load(project.root / baselock.LOCK_FILE)
     if not dry_run:
         _engine(no_engine_setup, buildx=False)

@@ -254,6 +254,15 @@ CORPUS: list[Case] = [
     C("mirror-unknown", "own", ("build", "--torch", "2.1", "--mirror", "../../etc", "--dry-run")),
     C("python-flag-junk", "own", ("build", "--torch", "2.1", "--python", "3.10; id", "--dry-run")),
     C("gpu-flag-junk", "own", ("doctor", "--gpu", "sm_90,,$(id)", "--driver", "535.104.05")),
+    # Issue 10: where bases come from is checked before any engine, registry or skopeo is asked.
+    C("base-registry-shell", "own", ("build", "--torch", "2.1", "--base-registry", "x.example;id", "--dry-run"),
+      docker=False),
+    C("base-registry-scheme", "own", ("build", "--torch", "2.1", "--base-registry", "https://x.example/m"),
+      docker=False),
+    C("base-registry-hub-namespace", "own", ("repro", "--torch", "2.1", "--base-registry", "mirror"), docker=False),
+    C("bases-mirror-no-target", "own", ("bases.mirror", "--torch", "2.1"), docker=False),
+    C("bases-mirror-option-target", "own", ("bases.mirror", "--to", "--help"), docker=False),
+    C("bases-mirror-bad-image", "own", ("bases.mirror", "--to", "127.0.0.1:5000/m", "--image", "a b"), docker=False),
 ]
 # fmt: on
 
