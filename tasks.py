@@ -514,6 +514,7 @@ def smoke(c: Context, image: list[str], no_gpus: bool = False, no_engine_setup: 
         "image": "local image to benchmark",
         "batch_size": "batch size, or MODE=N pairs, e.g. 128,amp_fp16_cl=256",
         "modes": "comma-separated modes (fp32,tf32,amp_fp16,amp_fp16_cl,bf16_cl,compile)",
+        "gpus": "all (or a number): also all-reduce bus bandwidth and DDP ResNet-50 scaling across GPUs (PyTorch)",
         **ENGINE_HELP,
     }
 )
@@ -523,6 +524,7 @@ def bench(
     image: str | None = None,
     batch_size: str = "128,amp_fp16_cl=256,bf16_cl=256",
     modes: str = "",
+    gpus: str | None = None,
     no_engine_setup: bool = False,
 ) -> None:
     """Synthetic ResNet-50 training benchmark inside the image (images/s, peak memory), as JSON."""
@@ -533,6 +535,7 @@ def bench(
     # FLAG=VALUE: a value such as --help stays a value that dl-bench refuses (exit 2), never becomes an option.
     command = ["dl-bench", "--json", *(f"--batch-size={size}" for size in batch_size.split(","))]
     command += [f"--modes={modes}"] if modes else []
+    command += [f"--gpus={gpus}"] if gpus else []  # dl-bench checks the value (exit 2 for anything else)
     code = inimage.run_in_image(RUNNER, ref, command, gpus=True, on_line=_print_line)
     if code:
         raise Exit(f"{ref}: dl-bench exit {code} ({inimage.meaning(code)})", code=code)
@@ -542,13 +545,19 @@ def bench(
     help={
         "gpu": "GPU architecture(s) of the node to ask about, e.g. sm_90 or 8.6,9.0 (with --driver)",
         "driver": "NVIDIA driver version of that node, e.g. 535.104.05 (with --gpu)",
-        "json": "print a JSON array: each cell as `invoke matrix --json` gives it, plus runs and reasons",
+        "brand": "GPU brand(s) as the NVIDIA container toolkit names them: tesla or nvidia (data-center), geforce, "
+        "quadro, nvidiartx, ...; one for all GPUs or one each (default: read on this host; for --gpu, judged as "
+        "not data-center, saying where a data-center GPU differs)",
+        "json": "print a JSON array: each cell as `invoke matrix --json` gives it, plus runs, runs_through, reasons, "
+        "needs_driver and run_notes",
     }
 )
 @reports_input_errors
-def doctor(c: Context, gpu: str | None = None, driver: str | None = None, json_: bool = False) -> None:
-    """Tell which images of the matrix will run on this GPU node (or on one described by --gpu/--driver)."""
-    node = node_doctor.node_from_flags(gpu, driver, node_doctor.probe_host)
+def doctor(
+    c: Context, gpu: str | None = None, driver: str | None = None, brand: str | None = None, json_: bool = False
+) -> None:
+    """Tell which images of the matrix will run on this GPU node (or on one described by --gpu/--driver), and how."""
+    node = node_doctor.node_from_flags(gpu, driver, node_doctor.probe_host, brand)
     rows = node_doctor.report(_project().expansion.cells, node)
     print(json.dumps(rows, indent=2) if json_ else node_doctor.format_report(rows, node))
 

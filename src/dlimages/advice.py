@@ -26,6 +26,7 @@ Kind = Literal[
     "base",  # the base image cannot be pulled
     "hash",  # a downloaded file differs from the one the lock records
     "lock",  # the lock misses a package or a hash
+    "pip-check",  # everything installed, but `pip check` found requirements the installed set does not meet
     "pytorch-index",  # PyTorch's wheel index (or its find-links page, or a mirror of them) is not reachable
     "pypi",  # PyPI or the pip index that replaces it is not reachable (or not trusted)
     "apt",  # the apt mirror is not reachable
@@ -113,6 +114,10 @@ def diagnose(output: Sequence[str], attempt: Attempt | None = None, remedies: Re
     known = _known(step.text, _LOCK_FAILURES)
     if known is not None:
         return _with_hash_host(known, step)
+    # Before the network: a step that retried a download and then installed everything can still fail its check.
+    conflicts = _pip_check_failure(step, attempt)
+    if conflicts is not None:
+        return conflicts
     events = _network_events(step, attempt)
     if events:
         return _network_failure(events, attempt, remedies)
@@ -737,6 +742,56 @@ def _known(text: str, table: Sequence[tuple[str, Kind, str, str]]) -> Diagnosis 
         if needle.lower() in lowered:
             return Diagnosis(kind, summary, advice, evidence=_evidence(text.splitlines(), needle))
     return None
+
+
+# `pip check`'s two complaints (pip/_internal/commands/check.py), one line per requirement that does not hold.
+_PIP_CHECK = re.compile(
+    r"^(?P<who>\S+) (?P<version>\S+) (?:has requirement (?P<wanted>.+), but you have (?P<have>\S+ \S+)"
+    r"|requires (?P<missing>\S+), which is not installed)\.$"
+)
+MAX_CONFLICTS_SHOWN = 8
+
+
+def _pip_check_failure(step: _Step, attempt: Attempt) -> Diagnosis | None:
+    """`pip check` failed: every requirement the installed packages do not meet, in pip's words, and how to get a set
+    that fits (re-lock; or, for a cell without a lock, the pin in matrix.yaml)."""
+    found = [(m, text) for line in step.lines if (m := _PIP_CHECK.match(text := _PREFIX.sub("", line.strip())))]
+    if not found:
+        return None
+    said = list(dict.fromkeys(text for _, text in found))
+    shown = said[:MAX_CONFLICTS_SHOWN]
+    if len(said) > len(shown):
+        shown.append(f"... and {len(said) - len(shown)} more")
+    cell = attempt.cell
+    relock = f"`invoke lock {flags_for(cell)}`" if cell is not None else "`invoke lock` for the cell"
+    locked = "requirements.lock" in step.header or "/mnt/requirements.lock" in step.text
+    lines = [
+        "Every package installed, but they do not fit together (`pip check`), so nothing was tagged:",
+        *(f"    {text}" for text in shown),
+        "Ways out:",
+    ]
+    if locked:
+        lines.append(
+            f"  - the cell's lock holds this set (edited by hand, or resolved from other pins): re-lock it, which "
+            f"resolves the framework and the package set together: {relock}"
+        )
+    else:
+        lines.append(
+            f"  - this cell has no lock, so pip chose the versions: lock it where its index is reachable ({relock}), "
+            "which resolves the framework and the package set together"
+        )
+    lines.append(
+        "  - if uv cannot resolve the set either, it names the pin in matrix.yaml that excludes the other: relax that "
+        "pin (packages.overrides for one framework release), then lock and build again"
+    )
+    first = found[0][0]
+    needed = first.group("wanted") or first.group("missing")
+    summary = (
+        f"pip check: {first.group('who')} needs {_shorten(needed, 40)}"
+        if len(said) == 1
+        else f"pip check: {len(said)} unmet requirements"
+    )
+    return Diagnosis("pip-check", summary, "\n".join(lines), evidence=_shorten(said[0]))
 
 
 _FROM_URL = re.compile(r"\bfrom (?P<url>https?://\S+)")

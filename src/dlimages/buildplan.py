@@ -191,6 +191,7 @@ def plan_builds(
     for cell in cells:
         base = (bases or {}).get(cell.slug) or choose(cell, source, lock)
         notes = [*source.notes()] if source.applies(cell) else []
+        notes += [cell.end_of_life_note] if cell.end_of_life_note else []
         if base.resolve:
             notes.append(f"{base.name}: its digest is asked of the registry just before the build (not in a dry run)")
         notes += [base.note] if base.note and root is not None else []

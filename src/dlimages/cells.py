@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dlimages import tags as tag_rules
-from dlimages.compat import Candidate, Reason, judge, os_for_python
+from dlimages.compat import Candidate, DriverRule, Reason, driver_rule, judge, os_for_python
 from dlimages.errors import InputError
 from dlimages.spec import Matrix, Variant, version_key
 
@@ -22,7 +22,7 @@ class FrameworkInstall:
     """How pip gets the framework: the requirement strings and where the CUDA build comes from."""
 
     requirements: tuple[str, ...]
-    index_url: str | None  # an extra index holding the CUDA build (PyTorch's own wheel index)
+    index_url: str | None  # PyTorch's own wheel index: the framework's wheels come from it alone (pip's --index-url)
     find_links: str | None  # a find-links page holding the CUDA build (PyTorch's older releases)
     variant_tag: str | None  # e.g. cu118: names the build on PyTorch's index and on mirrors of it
     source_builds: tuple[str, ...] = ()  # requirements PyPI has only as source (matrix.yaml `source_builds`)
@@ -51,8 +51,7 @@ class Cell:
     os_codename: str
     base_image: str
     cuda_source: str  # "wheel": the framework's wheels carry CUDA; "base": the base image does
-    min_driver: str
-    compat_driver: str
+    driver: DriverRule  # which NVIDIA drivers run the image: NVIDIA_REQUIRE_CUDA, the driver labels, the doctor
     arch_sass: tuple[str, ...]
     arch_ptx: tuple[str, ...]
     install: FrameworkInstall
@@ -60,6 +59,29 @@ class Cell:
     bootstrap_base: bool
     aliases: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    base_end_of_life: str | None = None  # NVIDIA's page listing the base's tags as unsupported, when it does
+
+    @property
+    def min_driver(self) -> str:
+        """The driver CUDA's own release ships with: the image runs on any GPU with it or newer."""
+        return self.driver.toolkit_driver
+
+    @property
+    def compat_driver(self) -> str:
+        """The oldest driver that runs the image on any GPU brand (minor-version compatibility, for the GPUs the build
+        carries machine code for); min_driver where the base's cuda-compat takes over below it."""
+        return self.driver.compat_driver
+
+    @property
+    def end_of_life_note(self) -> str | None:
+        """The build's warning for a base whose tags NVIDIA no longer supports; None for any other cell."""
+        if self.base_end_of_life is None:
+            return None
+        return (
+            f"{self.base_image}: NVIDIA lists this tag as unsupported (end of life; {self.base_end_of_life}); it may "
+            "be deleted from the registries at any time, so pin it by digest (images/bases.lock.json) or mirror it "
+            "(`invoke bases.mirror`) while it can still be pulled"
+        )
 
     @property
     def candidate(self) -> Candidate:
@@ -107,6 +129,9 @@ class Cell:
             "cuda_source": self.cuda_source,
             "min_driver": self.min_driver,
             "compat_driver": self.compat_driver,
+            "forward_compat_branches": list(self.driver.forward_compat_branches),
+            "nvidia_require_cuda": self.driver.require_cuda,
+            "base_end_of_life": self.base_end_of_life,
             "cuda_arch_list": [*self.arch_sass, *(f"compute_{a[3:]}" for a in self.arch_ptx)],
             "dockerfile": self.dockerfile,
             "notes": list(self.notes),
@@ -163,12 +188,13 @@ def _make_cell(matrix: Matrix, c: Candidate) -> Cell:
     assert os_name is not None  # judge() refused the candidate otherwise
     os_spec = matrix.os[os_name]
     notes: list[str] = []
+    end_of_life: str | None = None
     if variant.cuda_libs == "wheel":
         base_image, cuda_source, cudnn = os_spec.image, "wheel", variant.cudnn
     else:
         images = matrix.nvidia_cuda.toolkits[c.cuda]
         base_image = f"{matrix.nvidia_cuda.repository}:{toolkit.toolkit}-cudnn8-{c.flavor}-{os_name}"
-        cuda_source, cudnn = "base", images.cudnn
+        cuda_source, cudnn, end_of_life = "base", images.cudnn, images.end_of_life
         if version_key(images.cudnn)[:2] != version_key(variant.cudnn)[:2]:
             notes.append(
                 f"upstream tested cuDNN {variant.cudnn}; the base image carries cuDNN {images.cudnn}, "
@@ -191,8 +217,7 @@ def _make_cell(matrix: Matrix, c: Candidate) -> Cell:
         os_codename=os_spec.codename,
         base_image=base_image,
         cuda_source=cuda_source,
-        min_driver=toolkit.min_driver,
-        compat_driver=toolkit.compat_driver,
+        driver=driver_rule(matrix, c.cuda, variant),
         arch_sass=tuple(variant.arch.sass),
         arch_ptx=tuple(variant.arch.ptx),
         install=dataclasses.replace(
@@ -202,6 +227,7 @@ def _make_cell(matrix: Matrix, c: Candidate) -> Cell:
         packages=tuple(sorted(pins.items())),
         bootstrap_base=os_spec.bootstrap and cuda_source == "wheel",
         notes=tuple(notes),
+        base_end_of_life=end_of_life,
     )
 
 

@@ -34,9 +34,20 @@ def check_images(refs: Iterable[str], where: str = "--image") -> list[str]:
     return wanted
 
 
+# NCCL settings a node's operator may have set for a reason (NVLink multicast can take a host's GPUs out of service):
+# passed into the container by name, so the in-image multi-GPU checks run as the node's own jobs would.
+NCCL_PASSTHROUGH = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+# NCCL moves data between the processes of one node through /dev/shm; Docker's default 64 MB is too small for it.
+SHM_SIZE = "1g"
+
+
 def run_argv(image: str, command: Sequence[str], *, gpus: bool) -> list[str]:
     # Without --gpus, also hide GPUs from a host whose default runtime is nvidia (images set all).
-    gpu_flags = ["--gpus", "all"] if gpus else ["-e", "NVIDIA_VISIBLE_DEVICES=void"]
+    if gpus:
+        gpu_flags = ["--gpus", "all", "--shm-size", SHM_SIZE]
+        gpu_flags += [arg for name in NCCL_PASSTHROUGH for arg in ("-e", name)]
+    else:
+        gpu_flags = ["-e", "NVIDIA_VISIBLE_DEVICES=void"]
     return ["docker", "run", "--rm", "--pull", "never", *gpu_flags, image, *command]
 
 

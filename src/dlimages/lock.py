@@ -70,7 +70,7 @@ class LockInput:
     roots: tuple[str, ...]  # the framework's own requirement names: its closure is framework.lock
     python: str
     platform: str = PLATFORM
-    extra_index_url: str | None = None  # PyTorch's CUDA-build index (not PyPI)
+    extra_index_url: str | None = None  # PyTorch's CUDA-build index, asked before PyPI (see compile_argv)
     find_links: str | None = None
     source_builds: tuple[str, ...] = ()  # the only packages allowed as source (sdist) rather than wheels
 
@@ -260,7 +260,10 @@ def compile_argv(lock: LockInput, requirements: Path, output: Path, upgrade: Seq
     # default, PyPI (or what UV_DEFAULT_INDEX names: a true mirror serves the same files, so the same hashes).
     argv += ["--native-tls"]
     if lock.extra_index_url:
-        argv += ["--extra-index-url", lock.extra_index_url]
+        # uv asks the extra index first and, with `first-index`, takes every package it has from it alone: the
+        # `--index-url` semantics PyTorch documents, so a package of the same name on PyPI can never win. Named
+        # here, so that UV_INDEX_STRATEGY cannot turn it into pip's best-version-of-any-index.
+        argv += ["--extra-index-url", lock.extra_index_url, "--index-strategy", "first-index"]
     if lock.find_links:
         argv += ["--find-links", lock.find_links]
     for name in lock.source_builds:

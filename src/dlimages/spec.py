@@ -118,10 +118,30 @@ class Axes(Model):
 
 class CudaToolkit(Model):
     toolkit: Version
-    min_driver: Driver
-    compat_driver: Driver
+    min_driver: Driver  # the driver the toolkit release ships with: every feature, on every GPU
+    compat_driver: Driver  # the floor under CUDA minor-version compatibility (no PTX JIT); min_driver if none
     gpu_archs: list[Arch] = Field(min_length=1)
     source: SourceUrl
+
+
+# NVIDIA_REQUIRE_CUDA as the NVIDIA container toolkit reads it: alternatives separated by one space, each a
+# comma-separated AND of conditions on the driver's CUDA version, the driver, the GPU's arch or its brand
+# (libnvidia-container src/cli/dsl.c). The value reaches Dockerfiles, so nothing else may pass.
+_REQUIRE_CONDITION = r"(?:(?:cuda|driver|arch)(?:>=|<=|!=|=|<|>)[0-9]+(?:\.[0-9]+)*|brand(?:=|!=)[a-z]+)"
+_REQUIRE_TERM = rf"{_REQUIRE_CONDITION}(?:,{_REQUIRE_CONDITION})*"
+REQUIRE_CUDA = re.compile(rf"{_REQUIRE_TERM}(?: {_REQUIRE_TERM})*")
+
+
+def _require_cuda(value: str) -> str:
+    if not REQUIRE_CUDA.fullmatch(value):
+        raise ValueError(
+            f"{value[:80]!r} is not an NVIDIA_REQUIRE_CUDA expression (allowed: conditions such as cuda>=11.8, "
+            "driver>=470, driver<471, arch<8.0, brand=tesla; joined by commas (and), the groups by single spaces (or))"
+        )
+    return value
+
+
+RequireCuda = Annotated[str, AfterValidator(_require_cuda)]
 
 
 class OsSpec(Model):
@@ -136,6 +156,19 @@ class OsSpec(Model):
 class NvidiaToolkitImages(Model):
     os: list[Name] = Field(min_length=1)
     cudnn: Version
+    # NVIDIA_REQUIRE_CUDA as the tags' x86_64 base Dockerfile (`require_source`) sets it, verbatim; without it the
+    # doctor takes `cuda>=X.Y` (the CUDA version's own driver) and counts on no forward compatibility.
+    require_cuda: RequireCuda | None = None
+    require_source: SourceUrl | None = None
+    # Set when NVIDIA lists these tags as unsupported (end of life), to the page that lists them: such tags may be
+    # deleted from the registries.
+    end_of_life: SourceUrl | None = None
+
+    @model_validator(mode="after")
+    def _require_cuda_has_a_source(self) -> NvidiaToolkitImages:
+        if self.require_cuda is not None and self.require_source is None:
+            raise ValueError("require_cuda needs require_source: the base Dockerfile that sets NVIDIA_REQUIRE_CUDA")
+        return self
 
 
 class NvidiaCuda(Model):
@@ -572,11 +605,30 @@ def cross_check(m: Matrix, f: str) -> list[Problem]:
     for key in set(m.images) ^ set(m.frameworks):
         section = "images" if key in m.images else "frameworks"
         problems.append(Problem(f"{f}: {section}.{key}", "every image needs a framework entry and vice versa"))
+    for cuda, toolkit in m.cuda.items():
+        if version_key(toolkit.compat_driver) > version_key(toolkit.min_driver):
+            problems.append(
+                Problem(
+                    f'{f}: cuda."{cuda}".compat_driver',
+                    f"{toolkit.compat_driver} is newer than min_driver {toolkit.min_driver}",
+                    "a driver at most min_driver: the floor under minor-version compatibility, or min_driver itself",
+                )
+            )
     for cuda, images in m.nvidia_cuda.toolkits.items():
         if cuda not in m.cuda:
             problems.append(
                 Problem(f'{f}: nvidia_cuda.toolkits."{cuda}"', f"unknown CUDA version {cuda}", allowed_list(cudas))
             )
+        # The doctor knows a driver's CUDA version only relative to this entry's own (see compat.DriverRule).
+        for condition in re.split(r"[ ,]", images.require_cuda or ""):
+            if condition.startswith("cuda") and condition != f"cuda>={cuda}":
+                problems.append(
+                    Problem(
+                        f'{f}: nvidia_cuda.toolkits."{cuda}".require_cuda',
+                        f"the condition {condition!r} is not about CUDA {cuda}",
+                        f"cuda>={cuda}",
+                    )
+                )
         for i, os_name in enumerate(images.os):
             if os_name not in m.os:
                 problems.append(

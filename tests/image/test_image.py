@@ -170,6 +170,44 @@ def test_cuda_libraries_ship_once(container: Container, image: Image) -> None:
         assert outside, "base-image CUDA cell without libcudnn/libcublas in the base image"
 
 
+# XLA links every GPU kernel with <CUDA dir>/nvvm/libdevice/libdevice.10.bc and assembles it with <CUDA dir>/bin/ptxas;
+# Keras optimizers compile their update step with XLA from TF 2.11 on ("libdevice not found", tensorflow#58681).
+LIBDEVICE = "nvvm/libdevice/libdevice.10.bc"
+XLA_FROM = (2, 11)
+NVCC_WHEEL_SEARCHED_FROM = (2, 14)  # TF's own search includes the nvcc wheel from 2.14 on (its `and-cuda` extra)
+# Where XLA looks for that CUDA dir: --xla_gpu_cuda_data_dir first (the last one given wins), then TF's own
+# candidates (tsl's CandidateCudaRoots: the nvcc wheel beside the tensorflow package, TF's copy in it, /usr/local/cuda).
+XLA_CUDA_DIRS = r"""
+import importlib.util, json, os, re
+given = re.findall(r"--xla_gpu_cuda_data_dir=(\S+)", os.environ.get("XLA_FLAGS", ""))
+package = os.path.dirname(importlib.util.find_spec("tensorflow").origin)
+default = [os.path.join(package, "..", "nvidia", "cuda_nvcc"), os.path.join(package, "cuda"), "/usr/local/cuda"]
+print(json.dumps({"given": given[-1:], "default": [os.path.normpath(d) for d in default]}))
+"""
+
+
+def test_xla_finds_libdevice_and_ptxas(container: Container, image: Image) -> None:
+    if image.label("framework") != "tensorflow":
+        pytest.skip("XLA's libdevice is TensorFlow's need")
+    version = image.label("framework-version")
+    release = tuple(int(part) for part in version.split(".")[:2])
+    if release < XLA_FROM:
+        pytest.skip(f"TensorFlow {version}'s Keras optimizers do not compile with XLA")
+    found = container.python_json(XLA_CUDA_DIRS)
+    if found["given"]:
+        dirs, where = found["given"], f"where XLA_FLAGS points XLA ({found['given'][0]})"
+    else:
+        wheel = release >= NVCC_WHEEL_SEARCHED_FROM
+        dirs = [d for d in found["default"] if wheel or not d.endswith("/nvidia/cuda_nvcc")]
+        where = f"where TensorFlow {version} looks without XLA_FLAGS ({', '.join(dirs)})"
+    with_libdevice = [d for d in dirs if container.host.file(f"{d}/{LIBDEVICE}").is_file]
+    assert with_libdevice, f"no {LIBDEVICE} {where}"
+    cuda, ptxas = image.label("cuda"), f"{with_libdevice[0]}/bin/ptxas"
+    out = container.host.run(f"{ptxas} --version")
+    assert out.rc == 0, f"{ptxas} does not run: {out.stderr.strip()}"
+    assert f"release {cuda}," in out.stdout, f"{ptxas} is not CUDA {cuda}'s:\n{out.stdout}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Packages.
 # ---------------------------------------------------------------------------------------------

@@ -1,16 +1,20 @@
-"""What the payload tests share: where dl-smoke, dl-bench and dl_stack.py live, and ways to run a script as a plain
-file without a GPU, from the source tree or installed as an image installs it."""
+"""What the payload tests share: where dl-smoke, dl-bench and dl_stack.py live, ways to run a script as a plain
+file without a GPU, from the source tree or installed as an image installs it, and worker targets for the
+one-process-per-GPU launcher (dl_stack.run_workers) that behave as GPU workers do when they fail."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import resource
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -48,3 +52,38 @@ def install_like_an_image(script: Path, command: str, folder: Path) -> Path:
     shutil.copy2(script, installed)
     shutil.copy2(STACK, folder / STACK.name)
     return installed
+
+
+# Worker targets for dl_stack.run_workers: module-level, so that each spawned process imports them again by name.
+
+
+def worker_answers(rank: int, world: int, workdir: str, note: Callable[..., None], value: str) -> dict[str, Any]:
+    note("working", {"half": True})
+    print(f"rank {rank} says hello", flush=True)
+    names = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")
+    return {"rank": rank, "world": world, "value": value, "env": {name: os.environ.get(name) for name in names}}
+
+
+def worker_fails_on_rank_1(rank: int, world: int, workdir: str, note: Callable[..., None]) -> None:
+    note("all_reduce")
+    if rank == 1:
+        raise RuntimeError("NCCL error: unhandled cuda error")
+    time.sleep(600)  # waits for rank 1 as a collective would
+
+
+def worker_aborts_like_cudnn_8(rank: int, world: int, workdir: str, note: Callable[..., None]) -> None:
+    note("convolution")
+    os.write(2, (CUDNN_8_MISSING_SUBLIBRARY + "\n").encode())
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file left behind
+    os.abort()
+
+
+def worker_hangs(rank: int, world: int, workdir: str, note: Callable[..., None]) -> None:
+    note("all_reduce")
+    time.sleep(600)
+
+
+CUDNN_8_MISSING_SUBLIBRARY = (
+    "Could not load library libcudnn_cnn_infer.so.8. Error: libcudnn_cnn_infer.so.8: cannot open shared object "
+    "file: No such file or directory\nPlease make sure libcudnn_cnn_infer.so.8 is in your library path!"
+)

@@ -12,6 +12,9 @@ machine (BuildKit 0.13.2, `docker buildx build --progress=plain`), cut only wher
 - PIP_TLS, TORCH_*, TLS_THEN_TORCH_INDEX, HASH_MISMATCH, PIN_MISSING: `pip download` in a build FROM the PyTorch
   image, behind the machine's TLS-intercepting proxy (with its CA as the pip_ca secret, except where TLS fails).
 - DISK_FULL: `dd` into a 1 MiB tmpfs mount; UNKNOWN: a step that prints a line and exits 3.
+- PIP_CHECK: `invoke build` of the real cell cuda12.1-torch2.1.2-py3.11-runtime in a clone whose requirements.lock pins
+  pytz 2019.3 (tests/image/test_pip_check.py); the step's 227 lines of Collecting/Downloading are cut, and so are
+  the builder's own progress lines.
 
 The DNS resolver's address in the "no such host" lines is replaced by 127.0.0.53 and trailing spaces are dropped;
 nothing else is edited.
@@ -817,6 +820,89 @@ ERROR: failed to solve: process "/bin/sh -c echo \"compiling the frobnicator\" &
 """)  # noqa: E501
 
 
+PIP_CHECK = real(r"""
+#0 building with "default" instance using docker driver
+
+#1 [internal] load build definition from Dockerfile
+#1 transferring dockerfile:
+#1 transferring dockerfile: 10.96kB done
+#1 DONE 3.3s
+
+#2 [internal] load metadata for docker.io/dlimages/base:debian12
+#2 DONE 0.0s
+
+#3 [internal] load .dockerignore
+#3 transferring context: 2B done
+#3 DONE 0.0s
+
+#4 [stage-0 1/9] FROM docker.io/dlimages/base:debian12
+#4 DONE 0.0s
+
+#5 [internal] settings cache mount permissions
+#5 DONE 0.0s
+
+#6 [internal] load build context
+#6 transferring context: 4.25MB 0.1s done
+#6 DONE 0.1s
+
+#5 [internal] settings cache mount permissions
+#5 CACHED
+
+#7 [stage-0 2/9] RUN --mount=type=tmpfs,target=/mnt     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize     umask 0022  && if [ -n "" ]; then         security="-security"      && keyring=/usr/share/keyrings/debian-archive-keyring.gpg      && printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n\n'             "" "bookworm bookworm-updates" "${keyring}"             "${security%/}" "bookworm-security" "${keyring}"             > /etc/apt/sources.list.d/debian.sources;     fi  && if [ -n "" ]; then         printf '[global]\nindex-url = %s\n' "" > /etc/pip.conf;     fi  && /mnt/dl-normalize
+#7 CACHED
+
+#8 [stage-0 3/9] RUN --mount=type=tmpfs,target=/mnt     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize     --mount=type=tmpfs,target=/var/lib/apt/lists     --mount=type=tmpfs,target=/var/cache/apt     umask 0022  && apt-get update  && apt-get install -y --no-install-recommends         ca-certificates         curl         git         less         procps         python3         python3-dev         python3-venv         tini         zsh         zsh-syntax-highlighting  && /mnt/dl-normalize
+#8 CACHED
+
+#9 [stage-0 4/9] RUN --mount=type=tmpfs,target=/mnt     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize     --mount=type=bind,source=pytorch/cuda12.1-torch2.1.2-py3.11-runtime/pip.lock,target=/mnt/pip.lock     --mount=type=secret,id=pip_ca,uid=1000     --mount=type=secret,id=netrc,uid=1000     umask 0022  && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi  && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi  && useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev  && install -d -o dev -g dev /workspace /opt/venv /home/dev/.cache /home/dev/.cache/pip  && export HOME=/home/dev  && setpriv --reuid=1000 --regid=1000 --clear-groups python3 -m venv /opt/venv  && setpriv --reuid=1000 --regid=1000 --clear-groups /opt/venv/bin/python -m pip install --no-cache-dir --no-deps --require-hashes --only-binary=:all: -r /mnt/pip.lock  && /mnt/dl-normalize
+#9 CACHED
+
+#10 [stage-0 5/9] RUN --mount=type=tmpfs,target=/mnt     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize     --mount=type=bind,source=pytorch/cuda12.1-torch2.1.2-py3.11-runtime/framework.lock,target=/mnt/framework.lock     --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000     --mount=type=secret,id=pip_ca,uid=1000     --mount=type=secret,id=netrc,uid=1000     umask 0022  && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi  && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi  && export HOME=/home/dev  && printf '%s\n'         "torch==2.1.2"         "torchaudio==2.1.2"         "torchvision==0.16.2"         "ipykernel==6.26.0"         "jupyterlab==4.0.9"         "matplotlib==3.7.3"         "numpy==1.24.4"         "opencv-python-headless==4.8.1.78"         "pandas==2.0.3"         "pillow==10.0.1"         "pyyaml==6.0.1"         "requests==2.31.0"         "scipy==1.10.1"         "tqdm==4.66.1"         > /opt/venv/constraints.txt  && chown dev:dev /opt/venv/constraints.txt  && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --no-deps --require-hashes --only-binary=:all: -r /mnt/framework.lock  && /mnt/dl-normalize
+#10 CACHED
+
+#11 [stage-0 6/9] RUN --mount=type=tmpfs,target=/mnt     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize     --mount=type=bind,source=pytorch/cuda12.1-torch2.1.2-py3.11-runtime/requirements.lock,target=/mnt/requirements.lock     --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000     --mount=type=secret,id=pip_ca,uid=1000     --mount=type=secret,id=netrc,uid=1000     umask 0022  && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi  && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi  && export HOME=/home/dev  && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --no-deps --require-hashes --only-binary=:all: -r /mnt/requirements.lock  && install -m 0644 -o dev -g dev /mnt/requirements.lock /opt/venv/requirements.lock  && setpriv --reuid=1000 --regid=1000 --clear-groups pip check  && /mnt/dl-normalize
+#11 0.690 Collecting anyio==4.16.0 (from -r /mnt/requirements.lock (line 6))
+#11 0.745   Downloading anyio-4.16.0-py3-none-any.whl (134 kB)
+#11 5.857 Installing collected packages: stack-data, pytz, pure-eval, ptyprocess, pexpect, websocket-client, webencodings, webcolors, wcwidth, uri-template, tzdata, traitlets, tqdm, tornado, tinycss2, terminado, soupsieve, six, send2trash, scipy, rpds-py, rfc3987-syntax, rfc3986-validator, rfc3339-validator, referencing, pyzmq, pyyaml, python-json-logger, python-dateutil, pyparsing, pygments, pycparser, psutil, prompt-toolkit, prometheus-client, platformdirs, parso, pandocfilters, pandas, packaging, overrides, opencv-python-headless, notebook-shim, nest-asyncio, nbformat, nbconvert, nbclient, mistune, matplotlib-inline, matplotlib, lark, kiwisolver, jupyterlab-server, jupyterlab-pygments, jupyterlab, jupyter-server-terminals, jupyter-server, jupyter-lsp, jupyter-events, jupyter-core, jupyter-client, jsonschema-specifications, jsonschema, jsonpointer, json5, jedi, isoduration, ipython-pygments-lexers, ipython, ipykernel, fqdn, fonttools, fastjsonschema, executing, defusedxml, debugpy, cycler, contourpy, comm, cffi, bleach, beautifulsoup4, babel, attrs, async-lru, asttokens, arrow, argon2-cffi-bindings, argon2-cffi, anyio
+#11 33.77 Successfully installed anyio-4.16.0 argon2-cffi-25.1.0 argon2-cffi-bindings-26.2.0 arrow-1.4.0 asttokens-3.0.2 async-lru-2.4.0 attrs-26.1.0 babel-2.19.0 beautifulsoup4-4.15.0 bleach-6.4.0 cffi-2.1.1 comm-0.2.3 contourpy-1.3.2 cycler-0.12.1 debugpy-1.8.22 defusedxml-0.7.1 executing-2.3.0 fastjsonschema-2.22.3 fonttools-4.68.0 fqdn-1.6.0 ipykernel-6.26.0 ipython-9.18.1 ipython-pygments-lexers-1.1.1 isoduration-20.11.0 jedi-0.20.1 json5-0.17.3 jsonpointer-3.12 jsonschema-4.26.0 jsonschema-specifications-2025.9.1 jupyter-client-8.10.0 jupyter-core-5.9.1 jupyter-events-0.12.1 jupyter-lsp-2.3.1 jupyter-server-2.21.1 jupyter-server-terminals-0.5.4 jupyterlab-4.0.9 jupyterlab-pygments-0.3.0 jupyterlab-server-2.28.1 kiwisolver-1.5.1 lark-1.3.1 matplotlib-3.7.3 matplotlib-inline-0.2.2 mistune-3.4.0 nbclient-0.11.0 nbconvert-7.17.2 nbformat-5.11.1 nest-asyncio-1.6.0 notebook-shim-0.2.4 opencv-python-headless-4.8.1.78 overrides-7.7.0 packaging-26.4 pandas-2.0.3 pandocfilters-1.5.1 parso-0.8.7 pexpect-4.9.0 platformdirs-4.14.9 prometheus-client-0.26.0 prompt-toolkit-3.0.53 psutil-7.2.2 ptyprocess-0.7.0 pure-eval-0.2.4 pycparser-3.12 pygments-2.21.0 pyparsing-3.3.3 python-dateutil-4.0.0 python-json-logger-4.2.0 pytz-2019.3 pyyaml-6.0.1 pyzmq-27.3.0 referencing-0.37.0 rfc3339-validator-0.1.4 rfc3986-validator-0.1.1 rfc3987-syntax-1.1.0 rpds-py-2026.9.1 scipy-1.10.1 send2trash-2.2.0 six-1.17.0 soupsieve-2.10 stack-data-0.6.3 terminado-0.18.1 tinycss2-1.5.1 tornado-6.6.1 tqdm-4.66.1 traitlets-5.16.1 tzdata-2026.6 uri-template-1.3.0 wcwidth-0.9.4 webcolors-25.10.0 webencodings-0.6.1 websocket-client-1.9.2
+#11 35.35 pandas 2.0.3 has requirement pytz>=2020.1, but you have pytz 2019.3.
+#11 ERROR: process "/bin/bash -o pipefail -c umask 0022  && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi  && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi  && export HOME=/home/dev  && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --no-deps --require-hashes --only-binary=:all: -r /mnt/requirements.lock  && install -m 0644 -o dev -g dev /mnt/requirements.lock /opt/venv/requirements.lock  && setpriv --reuid=1000 --regid=1000 --clear-groups pip check  && /mnt/dl-normalize" did not complete successfully: exit code: 1
+------
+ > [stage-0 6/9] RUN --mount=type=tmpfs,target=/mnt     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize     --mount=type=bind,source=pytorch/cuda12.1-torch2.1.2-py3.11-runtime/requirements.lock,target=/mnt/requirements.lock     --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000     --mount=type=secret,id=pip_ca,uid=1000     --mount=type=secret,id=netrc,uid=1000     umask 0022  && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi  && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi  && export HOME=/home/dev  && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --no-deps --require-hashes --only-binary=:all: -r /mnt/requirements.lock  && install -m 0644 -o dev -g dev /mnt/requirements.lock /opt/venv/requirements.lock  && setpriv --reuid=1000 --regid=1000 --clear-groups pip check  && /mnt/dl-normalize:
+5.566      ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 785.9/785.9 kB 342.9 MB/s eta 0:00:00
+5.582 Collecting webcolors==25.10.0 (from -r /mnt/requirements.lock (line 1926))
+5.590   Downloading webcolors-25.10.0-py3-none-any.whl (14 kB)
+5.607 Collecting webencodings==0.6.1 (from -r /mnt/requirements.lock (line 1930))
+5.614   Downloading webencodings-0.6.1-py3-none-any.whl (8.7 kB)
+5.633 Collecting websocket-client==1.9.2 (from -r /mnt/requirements.lock (line 1936))
+5.641   Downloading websocket_client-1.9.2-py3-none-any.whl (95 kB)
+5.857 Installing collected packages: stack-data, pytz, pure-eval, ptyprocess, pexpect, websocket-client, webencodings, webcolors, wcwidth, uri-template, tzdata, traitlets, tqdm, tornado, tinycss2, terminado, soupsieve, six, send2trash, scipy, rpds-py, rfc3987-syntax, rfc3986-validator, rfc3339-validator, referencing, pyzmq, pyyaml, python-json-logger, python-dateutil, pyparsing, pygments, pycparser, psutil, prompt-toolkit, prometheus-client, platformdirs, parso, pandocfilters, pandas, packaging, overrides, opencv-python-headless, notebook-shim, nest-asyncio, nbformat, nbconvert, nbclient, mistune, matplotlib-inline, matplotlib, lark, kiwisolver, jupyterlab-server, jupyterlab-pygments, jupyterlab, jupyter-server-terminals, jupyter-server, jupyter-lsp, jupyter-events, jupyter-core, jupyter-client, jsonschema-specifications, jsonschema, jsonpointer, json5, jedi, isoduration, ipython-pygments-lexers, ipython, ipykernel, fqdn, fonttools, fastjsonschema, executing, defusedxml, debugpy, cycler, contourpy, comm, cffi, bleach, beautifulsoup4, babel, attrs, async-lru, asttokens, arrow, argon2-cffi-bindings, argon2-cffi, anyio
+33.77 Successfully installed anyio-4.16.0 argon2-cffi-25.1.0 argon2-cffi-bindings-26.2.0 arrow-1.4.0 asttokens-3.0.2 async-lru-2.4.0 attrs-26.1.0 babel-2.19.0 beautifulsoup4-4.15.0 bleach-6.4.0 cffi-2.1.1 comm-0.2.3 contourpy-1.3.2 cycler-0.12.1 debugpy-1.8.22 defusedxml-0.7.1 executing-2.3.0 fastjsonschema-2.22.3 fonttools-4.68.0 fqdn-1.6.0 ipykernel-6.26.0 ipython-9.18.1 ipython-pygments-lexers-1.1.1 isoduration-20.11.0 jedi-0.20.1 json5-0.17.3 jsonpointer-3.12 jsonschema-4.26.0 jsonschema-specifications-2025.9.1 jupyter-client-8.10.0 jupyter-core-5.9.1 jupyter-events-0.12.1 jupyter-lsp-2.3.1 jupyter-server-2.21.1 jupyter-server-terminals-0.5.4 jupyterlab-4.0.9 jupyterlab-pygments-0.3.0 jupyterlab-server-2.28.1 kiwisolver-1.5.1 lark-1.3.1 matplotlib-3.7.3 matplotlib-inline-0.2.2 mistune-3.4.0 nbclient-0.11.0 nbconvert-7.17.2 nbformat-5.11.1 nest-asyncio-1.6.0 notebook-shim-0.2.4 opencv-python-headless-4.8.1.78 overrides-7.7.0 packaging-26.4 pandas-2.0.3 pandocfilters-1.5.1 parso-0.8.7 pexpect-4.9.0 platformdirs-4.14.9 prometheus-client-0.26.0 prompt-toolkit-3.0.53 psutil-7.2.2 ptyprocess-0.7.0 pure-eval-0.2.4 pycparser-3.12 pygments-2.21.0 pyparsing-3.3.3 python-dateutil-4.0.0 python-json-logger-4.2.0 pytz-2019.3 pyyaml-6.0.1 pyzmq-27.3.0 referencing-0.37.0 rfc3339-validator-0.1.4 rfc3986-validator-0.1.1 rfc3987-syntax-1.1.0 rpds-py-2026.9.1 scipy-1.10.1 send2trash-2.2.0 six-1.17.0 soupsieve-2.10 stack-data-0.6.3 terminado-0.18.1 tinycss2-1.5.1 tornado-6.6.1 tqdm-4.66.1 traitlets-5.16.1 tzdata-2026.6 uri-template-1.3.0 wcwidth-0.9.4 webcolors-25.10.0 webencodings-0.6.1 websocket-client-1.9.2
+35.35 pandas 2.0.3 has requirement pytz>=2020.1, but you have pytz 2019.3.
+------
+Dockerfile:125
+--------------------
+ 124 |     # conflicting. The constraints file holds the pins of matrix.yaml: pip install -c /opt/venv/constraints.txt ...
+ 125 | >>> RUN --mount=type=tmpfs,target=/mnt \
+ 126 | >>>     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+ 127 | >>>     --mount=type=bind,source=pytorch/cuda12.1-torch2.1.2-py3.11-runtime/requirements.lock,target=/mnt/requirements.lock \
+ 128 | >>>     --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
+ 129 | >>>     --mount=type=secret,id=pip_ca,uid=1000 \
+ 130 | >>>     --mount=type=secret,id=netrc,uid=1000 \
+ 131 | >>>     umask 0022 \
+ 132 | >>>  && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+ 133 | >>>  && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+ 134 | >>>  && export HOME=/home/dev \
+ 135 | >>>  && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --no-deps --require-hashes --only-binary=:all: -r /mnt/requirements.lock \
+ 136 | >>>  && install -m 0644 -o dev -g dev /mnt/requirements.lock /opt/venv/requirements.lock \
+ 137 | >>>  && setpriv --reuid=1000 --regid=1000 --clear-groups pip check \
+ 138 | >>>  && /mnt/dl-normalize
+ 139 |     # JupyterLab answers on 8888; the token comes from JUPYTER_TOKEN, else Jupyter makes a random one and logs it.
+--------------------
+ERROR: failed to solve: process "/bin/bash -o pipefail -c umask 0022  && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi  && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi  && export HOME=/home/dev  && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --no-deps --require-hashes --only-binary=:all: -r /mnt/requirements.lock  && install -m 0644 -o dev -g dev /mnt/requirements.lock /opt/venv/requirements.lock  && setpriv --reuid=1000 --regid=1000 --clear-groups pip check  && /mnt/dl-normalize" did not complete successfully: exit code: 1
+""")  # noqa: E501
+
+
 TLS_THEN_TORCH_INDEX = real(r"""
 #0 building with "default" instance using docker driver
 
@@ -1112,6 +1198,37 @@ def test_a_version_missing_from_a_reachable_index_is_a_pin_problem(ci: Cell) -> 
     found = diagnose(lines(PIN_MISSING), Attempt(ci))
     assert found.kind == "pin" and "does not exist on the index" in found.advice
     assert found.advice.endswith(f"pip looked in: {PyPI.simple_url}.")
+
+
+def test_a_failed_pip_check_quotes_each_conflict_and_says_to_re_lock(ci: Cell) -> None:
+    found = diagnose(lines(PIP_CHECK), Attempt(ci))
+    conflict = "pandas 2.0.3 has requirement pytz>=2020.1, but you have pytz 2019.3."
+    assert (found.kind, found.summary, found.evidence) == (
+        "pip-check",
+        "pip check: pandas needs pytz>=2020.1",
+        conflict,
+    )
+    assert found.advice.splitlines()[:2] == [
+        "Every package installed, but they do not fit together (`pip check`), so nothing was tagged:",
+        f"    {conflict}",
+    ]
+    relock, relax = ways(found)
+    assert relock.startswith("the cell's lock holds this set")
+    assert relock.endswith("`invoke lock --cuda 12.1 --torch 2.1.2 --python 3.11 --flavor runtime`")
+    assert "packages.overrides" in relax
+
+
+def test_every_unmet_requirement_is_named_once(ci: Cell) -> None:
+    # The real output with a second complaint, as pip words a requirement that is not installed at all.
+    missing = "#11 35.35 jupyterlab 4.0.9 requires jupyter-lsp, which is not installed."
+    output = lines(PIP_CHECK)
+    at = next(i for i, line in enumerate(output) if "has requirement" in line) + 1
+    found = diagnose([*output[:at], missing, *output[at:]], Attempt(ci))
+    assert (found.kind, found.summary) == ("pip-check", "pip check: 2 unmet requirements")
+    assert found.advice.splitlines()[1:3] == [
+        "    pandas 2.0.3 has requirement pytz>=2020.1, but you have pytz 2019.3.",
+        "    jupyterlab 4.0.9 requires jupyter-lsp, which is not installed.",
+    ]
 
 
 def test_no_engine_at_all() -> None:

@@ -205,6 +205,13 @@ def test_tensorflow_wheel_cell_installs_its_cuda_libraries_by_name(cell: CellLoo
     assert (install.index_url, install.find_links, install.variant_tag) == (None, None, None)
 
 
+def test_a_system_cuda_cell_installs_the_cuda_packages_it_names_too(cell: CellLookup) -> None:
+    # TF 2.13.1 on an nvidia/cuda base: the base has the CUDA libraries, NVIDIA's nvcc wheel brings XLA's libdevice.
+    install = cell("tensorflow", "cuda11.8-tf2.13.1-py3.10-runtime").install
+    assert install.requirements == ("tensorflow==2.13.1", "nvidia-cuda-nvcc-cu11==11.8.89")
+    assert install.constraints == install.requirements
+
+
 def test_extras_are_installed_but_not_constrained() -> None:
     install = FrameworkInstall(("tensorflow[and-cuda]==2.15.1",), None, None, None)
     assert install.constraints == ("tensorflow==2.15.1",)

@@ -28,7 +28,9 @@ def runner_printing(lines: Sequence[str], code: int, seen: list[list[str]]) -> R
 
 def test_gpus_are_requested_or_hidden_and_nothing_is_ever_pulled() -> None:
     never = ["docker", "run", "--rm", "--pull", "never"]
-    assert run_argv("lab/x:v1", ["dl-smoke"], gpus=True) == [*never, "--gpus", "all", "lab/x:v1", "dl-smoke"]
+    passed = ["-e", "NCCL_NVLS_ENABLE", "-e", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "-e", "NVSHMEM_DISABLE_NVLS"]
+    gpu_flags = ["--gpus", "all", "--shm-size", "1g", *passed]  # NCCL needs more /dev/shm than Docker's 64 MB
+    assert run_argv("lab/x:v1", ["dl-smoke"], gpus=True) == [*never, *gpu_flags, "lab/x:v1", "dl-smoke"]
     hidden = run_argv("lab/x:v1", ["dl-smoke"], gpus=False)
     assert hidden == [*never, "-e", "NVIDIA_VISIBLE_DEVICES=void", "lab/x:v1", "dl-smoke"]
 

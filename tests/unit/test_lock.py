@@ -199,9 +199,11 @@ def test_uv_is_asked_for_the_cells_python_and_platform_with_hashes_and_wheels_on
         "--output-file out.lock",
     ):
         assert expected in text
-    assert "--extra-index-url" not in text
+    assert "--extra-index-url" not in text and "--index-strategy" not in text
     index = lock.compile_argv(lock.lock_input(cell(*INDEX_CELL), PIP), Path("i"), Path("o"))
     assert index[index.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu118"
+    # A package PyTorch's index has comes from it alone (PyTorch's `--index-url`), whatever UV_INDEX_STRATEGY says.
+    assert index[index.index("--index-strategy") + 1] == "first-index"
 
 
 calls: list[list[str]] = []

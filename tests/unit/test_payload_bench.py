@@ -1,5 +1,6 @@
-"""dl-bench without a GPU: flag parsing, the memory-saving arithmetic, the built-in ResNet-50,
-and its behaviour as a script (skip with 77; what it shares with dl-smoke is in test_payload_commands.py)."""
+"""dl-bench without a GPU: flag parsing, the memory-saving arithmetic, the built-in ResNet-50, the multi-GPU
+arithmetic (bus bandwidth as nccl-tests defines it, scaling efficiency, the slowest rank's time) and report, and its
+behaviour as a script (skip with 77; what it shares with dl-smoke is in test_payload_commands.py)."""
 
 from __future__ import annotations
 
@@ -127,3 +128,116 @@ def test_a_report_that_cannot_be_written_is_a_message_not_a_traceback(
     out, err = capsys.readouterr()
     assert json.loads(out) == report
     assert err == f"dl-bench: error: --out {tmp_path}: cannot write there (Is a directory)\n"
+
+
+# --- --gpus all: all-reduce bus bandwidth and DDP scaling ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "gpus"), [("1", 1), ("all", None), ("ALL", None), ("8", 8)])
+def test_gpus_flag_is_a_count_or_all(text: str, gpus: int | None) -> None:
+    assert bench.parse_gpus(text) == gpus
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "two", "\u0662", "1025"])
+def test_bad_gpus_flag_is_a_usage_error(text: str) -> None:
+    with pytest.raises(stack.UsageError, match="--gpus must be a positive integer up to 1024"):
+        bench.parse_gpus(text)
+
+
+def test_ddp_runs_one_mode_bf16_channels_last_by_default() -> None:
+    assert bench.multi_gpu_mode(None, False) == "bf16_cl"
+    assert bench.multi_gpu_mode(None, True) == "compile"
+    assert bench.multi_gpu_mode("amp_fp16_cl", False) == "amp_fp16_cl"
+    with pytest.raises(stack.UsageError, match="--gpus runs DDP in one mode; got fp32, tf32"):
+        bench.multi_gpu_mode("fp32,tf32", False)
+    with pytest.raises(stack.UsageError, match="got fp32, compile"):
+        bench.multi_gpu_mode("fp32", True)
+
+
+def test_bus_bandwidth_is_nccl_tests_arithmetic() -> None:
+    # busbw = algbw * 2(n-1)/n: equal on 2 GPUs, 1.75 times algbw on 8.
+    assert bench.bus_bandwidth(10**9, 0.01, 2) == pytest.approx((100.0, 100.0))
+    assert bench.bus_bandwidth(10**9, 0.01, 8) == pytest.approx((100.0, 175.0))
+    assert bench.bus_bandwidth(10**9, 0.01, 1) == pytest.approx((100.0, 0.0))  # nothing crosses a link
+    # The issue's 2 x H200 figure: 1 GiB at 326 GB/s bus bandwidth is 3.29 ms per all-reduce.
+    assert bench.bus_bandwidth(2**30, 0.0032937, 2)[1] == pytest.approx(326.0, abs=0.05)
+    assert bench.bus_bandwidth(2**30, 0.0, 2) == (0.0, 0.0)
+
+
+def test_scaling_efficiency_against_one_gpu() -> None:
+    assert bench.scaling_efficiency(9149.0, 4606.0, 2) == pytest.approx(0.9932, abs=1e-4)
+    assert bench.scaling_efficiency(9149.0, 0.0, 2) is None
+
+
+def _ok(rank: int, seconds: tuple[float, ...], elapsed: float = 2.0) -> Any:
+    allreduce = [{"bytes": size, "seconds": s} for size, s in zip(bench.ALLREDUCE_SIZES, seconds, strict=False)]
+    ddp = {"elapsed_s": elapsed, "warmup_s": 20.0, "final_loss": 6.9, "peak_mem_gib": 21.5 + rank, "model": "tv"}
+    return stack.WorkerOutcome(rank, "ok", {"allreduce": allreduce, "ddp": ddp}, "", "ddp", "")
+
+
+def test_allreduce_rows_take_the_slowest_gpu() -> None:
+    outcomes = [_ok(0, (80e-6, 480e-6, 3.2e-3)), _ok(1, (79e-6, 481e-6, 3.3e-3))]
+    rows = bench.allreduce_rows(outcomes, bench.ALLREDUCE_SIZES, 2, ["H200", "H200"])
+    assert [(r["size"], r["time_us"], r["busbw_gbps"], r["status"]) for r in rows] == [
+        ("16 MiB", 80.0, 209.7, "ok"),
+        ("128 MiB", 481.0, 279.0, "ok"),
+        ("1 GiB", 3300.0, 325.4, "ok"),
+    ]
+    assert rows[0]["algbw_gbps"] == rows[0]["busbw_gbps"]  # 2 GPUs
+    one = bench.allreduce_rows([], bench.ALLREDUCE_SIZES, 1, ["H200"])
+    assert {(r["status"], r["error"]) for r in one} == {("skipped", "needs 2 or more GPUs; 1 visible")}
+
+
+def test_a_failed_gpu_fails_the_rows_and_is_named() -> None:
+    failed = stack.WorkerOutcome(1, "error", None, "DistBackendError: NCCL error", "all_reduce", "")
+    stopped = stack.WorkerOutcome(0, "stopped", None, "stopped after another worker failed", "all_reduce", "")
+    rows = bench.allreduce_rows([stopped, failed], bench.ALLREDUCE_SIZES, 2, ["H200", "H200"])
+    assert rows[0]["error"] == (
+        "GPU 1 (H200) failed in all_reduce: DistBackendError: NCCL error; then stopped: GPU 0 (in all_reduce)"
+    )
+    ddp = bench.ddp_row([stopped, failed], 256, 50, ["H200", "H200"])
+    assert (ddp["status"], ddp["images_per_s"]) == ("error", None)
+    oom = stack.WorkerOutcome(0, "error", None, "OutOfMemoryError: CUDA out of memory. Tried to allocate", "ddp", "")
+    assert bench.ddp_row([oom], 256, 50, ["H200"])["status"] == "oom"
+
+
+def test_ddp_throughput_counts_every_gpu_over_the_slowest() -> None:
+    row = bench.ddp_row([_ok(0, (), elapsed=2.78), _ok(1, (), elapsed=2.80)], 256, 50, ["H200", "H200"])
+    assert row == {
+        "gpus": 2, "status": "ok", "images_per_s": 9142.9, "step_ms": 56.0, "peak_mem_gib": 22.5, "warmup_s": 20.0,
+        "final_loss": 6.9, "error": None,
+    }  # fmt: skip
+
+
+def _multi(one: dict[str, Any], all_gpus: dict[str, Any] | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    ddp = {"one_gpu": one, "all_gpus": all_gpus, "mode": "bf16_cl", "description": "AMP bf16 + channels_last",
+           "batch_size_per_gpu": 256, "scaling_efficiency": 0.9932}  # fmt: skip
+    return {"gpus": 2, "gpu_names": ["H200"] * 2, "nccl": "2.28.9", "collective_env": {"NCCL_NVLS_ENABLE": "0"},
+            "allreduce": rows, "ddp": ddp}  # fmt: skip
+
+
+def test_multi_gpu_outcome_and_table() -> None:
+    rows = bench.allreduce_rows([_ok(0, (80e-6, 480e-6, 3.2e-3)), _ok(1, (80e-6, 480e-6, 3.2e-3))],
+                                bench.ALLREDUCE_SIZES, 2, ["H200"] * 2)  # fmt: skip
+    one = {"gpus": 1, "status": "ok", "images_per_s": 4606.0, "step_ms": 55.6, "error": None}
+    two = {"gpus": 2, "status": "ok", "images_per_s": 9149.0, "step_ms": 56.0, "error": None}
+    multi = _multi(one, two, rows)
+    assert bench.decide_multi_gpu_outcome(multi) == ("passed", 0)
+    assert bench.decide_multi_gpu_outcome(_multi(one, {**two, "status": "error", "error": "x"}, rows)) == ("failed", 1)
+    env = {"gpu": "NVIDIA H200", "driver": "580", "torch": "2.11", "cuda": "13.0", "cudnn": "9.19.0", "model": "tv"}
+    report = {"environment": env, "multi_gpu": multi, "warmup": 10, "iters": 50, "status": "passed", "exit_code": 0}
+    table = bench.render_multi_gpu_table(report)
+    assert "NCCL/torch.distributed environment: NCCL_NVLS_ENABLE=0" in table
+    assert "   1 GiB     3200.0       335.5       335.5  ok" in table
+    assert "  2 GPU(s)     9149.0 img/s     56.0 ms/step" in table
+    assert table.endswith("scaling efficiency: 99.3 %\nRESULT passed (exit 0)")
+
+
+@needs_torch
+def test_gpus_all_without_a_gpu_skips_with_77_as_json(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    result = run_main(bench, ["--gpus", "all", "--json"], monkeypatch, capfd)
+    report = json.loads(result.stdout)
+    assert (result.returncode, report["status"], report["multi_gpu"]) == (77, "skipped", None)
+    assert report["benchmark"] == "multi-gpu-allreduce-ddp-resnet50" and "modes" not in report

@@ -45,6 +45,8 @@ def test_starts_as_images_install_it_with_dl_stack_beside_it(command: str, scrip
         (BENCH, ["--batch-size", str(10**30)], f"--batch-size must be a positive integer up to 65536, got '{10**30}'"),
         (BENCH, ["--iters", "99999999999999999999"], "--iters must be from 1 to 100000, got 99999999999999999999"),
         (BENCH, ["--warmup", "100001"], "--warmup must be from 1 to 100000, got 100001"),
+        (BENCH, ["--gpus", "0"], "--gpus must be a positive integer up to 1024, got '0'"),
+        (BENCH, ["--gpus", "all", "--modes", "fp32,bf16_cl"], "--gpus runs DDP in one mode; got fp32, bf16_cl"),
     ],
 )
 def test_usage_errors_exit_2(script: Path, args: list[str], message: str) -> None:

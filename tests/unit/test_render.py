@@ -114,6 +114,7 @@ def test_golden_cells_show_what_makes_them_representative() -> None:
     assert "ARG BASE_IMAGE=ubuntu:22.04\n" in ubuntu
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu118\n" in ubuntu
     assert '"torch==2.1.2+cu118"' in ubuntu
+    assert 'set -- "PIP_INDEX_URL=${TORCH_INDEX_URL}"' in ubuntu and "PIP_EXTRA_INDEX_URL" not in ubuntu
     debian = _golden("cuda12.1-torch2.1.2-py3.11-runtime")
     assert (
         "# Made locally from an apt mirror by `invoke base` (no registry needed).\n"
@@ -127,8 +128,12 @@ def test_golden_cells_show_what_makes_them_representative() -> None:
     tf = _golden("cuda11.0-tf2.4.4-py3.8-devel")
     assert "ARG BASE_IMAGE=nvidia/cuda:11.0.3-cudnn8-devel-ubuntu20.04\n" in tf
     assert '"numpy==1.19.5"' in tf and "NVIDIA_REQUIRE_CUDA=" not in tf
-    assert "# Note: upstream tested cuDNN 8.6;" in _golden("cuda11.8-tf2.13.1-py3.10-runtime")
+    tf_xla = _golden("cuda11.8-tf2.13.1-py3.10-runtime")
+    assert "# Note: upstream tested cuDNN 8.6;" in tf_xla
+    assert '"nvidia-cuda-nvcc-cu11==11.8.89"' in tf_xla
+    assert "ENV XLA_FLAGS=--xla_gpu_cuda_data_dir=/opt/venv/lib/python3.10/site-packages/nvidia/cuda_nvcc\n" in tf_xla
     assert '"nvidia-cudnn-cu11==8.7.0.84"' in _golden("cuda11.8-tf2.14.1-py3.10-runtime")
+    assert "XLA_FLAGS" not in _golden("cuda11.8-tf2.14.1-py3.10-runtime")  # the fixture's 2.14.1 has no nvcc wheel
 
 
 def test_every_pip_run_mounts_the_secrets_and_trusts_the_extra_ca_only_when_given() -> None:
@@ -222,7 +227,7 @@ def test_every_dockerfile_exposes_the_gpu(real_expansion: Expansion, rendered: d
         assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in env, c.slug
         if c.cuda_source == "wheel":
             # Without the nvidia/cuda base nothing else tells the container toolkit which driver is needed.
-            assert f'NVIDIA_REQUIRE_CUDA="cuda>={c.cuda}"' in env, c.slug
+            assert f'NVIDIA_REQUIRE_CUDA="{c.driver.require_cuda}"' in env, c.slug
         else:
             assert "NVIDIA_REQUIRE_CUDA" not in env, f"{c.slug} must keep the base image's driver-branch exceptions"
 
@@ -323,6 +328,96 @@ def test_every_dockerfile_installs_its_own_cell_json(real_expansion: Expansion, 
         text = rendered[c.dockerfile]
         assert f"--mount=type=bind,source={c.framework}/{c.slug}/cell.json,target=/mnt/cell.json" in text
         assert "install -D -m 0644 /mnt/cell.json /etc/dlimages/cell.json" in text
+
+
+# --- Where the framework comes from, and one consistent environment ------------------------------------------
+
+
+def _framework_run(dockerfile: str) -> str:
+    """The RUN instruction that installs the framework (it writes the constraints file)."""
+    [run] = [i for i in _instructions(dockerfile) if i.startswith("RUN ") and "> /opt/venv/constraints.txt" in i]
+    return run
+
+
+def _index_choice(run: str, **build_args: str) -> list[str]:
+    """The environment the framework's own `pip install` gets, by running the RUN's `if ... fi` that chooses it."""
+    found = re.search(r'if \[ -n "\$\{TORCH_INDEX_URL\}" \]; then .*?fi', run)
+    assert found, "no choice of index before the framework's pip install"
+    script = f'{found.group(0)}; printf "%s\\n" "$@"'
+    done = subprocess.run(["bash", "-c", script], env=build_args, capture_output=True, text=True, check=True)
+    return done.stdout.splitlines()
+
+
+def test_unlocked_pytorch_takes_its_wheels_from_pytorchs_index_alone(matrix: Matrix, cell: CellLookup) -> None:
+    """PyTorch documents `--index-url` for its CUDA builds: with an extra index, a package of the same name on another
+    index could win. The framework's wheels come from that one index (or a mirror's find-links page alone), what they
+    require from PyPI; no pip call sees both."""
+    run = _framework_run(render_cell(environment(REPO), matrix, cell("pytorch", "cuda11.8-torch2.1.2-py3.10-runtime")))
+    index = "https://download.pytorch.org/whl/cu118"
+    assert _index_choice(run, TORCH_INDEX_URL=index, TORCH_FIND_LINKS="") == [f"PIP_INDEX_URL={index}"]
+    mirror = "https://mirror.example.org/pytorch-wheels/cu118/"
+    assert _index_choice(run, TORCH_INDEX_URL="", TORCH_FIND_LINKS=mirror) == [
+        "PIP_NO_INDEX=1",
+        f"PIP_FIND_LINKS={mirror}",
+    ]
+    assert "PIP_EXTRA_INDEX_URL" not in run
+    first, second = run.split(" pip install ")[1:]
+    assert run.split(" pip install ")[0].endswith('env "$@" setpriv --reuid=1000 --regid=1000 --clear-groups')
+    assert first.startswith("--no-deps ") and '"torch==2.1.2+cu118"' in first
+    assert second.startswith("--constraint /opt/venv/constraints.txt ") and '"torch==2.1.2+cu118"' in second
+
+
+def test_a_locked_install_may_ask_both_indexes_since_the_hash_decides(matrix: Matrix, cell: CellLookup) -> None:
+    run = _framework_run(
+        render_cell(environment(REPO), matrix, cell("pytorch", "cuda11.8-torch2.1.2-py3.10-runtime"), locked=True)
+    )
+    assert 'export PIP_EXTRA_INDEX_URL="${TORCH_INDEX_URL}"' in run
+    assert "pip install --no-deps --require-hashes --only-binary=:all: -r /mnt/framework.lock" in run
+
+
+def test_a_find_links_release_installs_as_pytorch_documents_it(matrix: Matrix, cell: CellLookup) -> None:
+    # `pip install torch==1.7.1+cu110 ... -f https://download.pytorch.org/whl/torch_stable.html`: the page and PyPI.
+    run = _framework_run(render_cell(environment(REPO), matrix, cell("pytorch", "cuda11.0-torch1.7.1-py3.8-runtime")))
+    assert 'export PIP_FIND_LINKS="${TORCH_FIND_LINKS}"' in run and "--no-deps" not in run
+    assert "pip install --constraint /opt/venv/constraints.txt" in run
+
+
+def test_every_image_runs_pip_check_after_its_last_install(
+    real_matrix: Matrix, real_expansion: Expansion, rendered: dict[str, str]
+) -> None:
+    """The framework and the package set install in separate steps: `pip check` proves they agree, locked or not."""
+    env = environment(REPO)
+    for c in real_expansion.cells:
+        for locked, text in ((False, rendered[c.dockerfile]), (True, render_cell(env, real_matrix, c, locked=True))):
+            runs = [i for i in _instructions(text) if i.startswith("RUN ") and " pip install " in i]
+            last = runs[-1]
+            assert " pip check " in last[last.rindex(" pip install ") :], f"{c.slug} (locked={locked})"
+
+
+# Keras optimizers compile their update step with XLA on GPU from TF 2.11 on (tensorflow/tensorflow#58681).
+XLA_OPTIMIZERS_FROM = (2, 11)
+
+
+def test_tensorflow_cells_that_train_with_xla_carry_libdevice(
+    real_expansion: Expansion, rendered: dict[str, str]
+) -> None:
+    """XLA wants <dir>/nvvm/libdevice/libdevice.10.bc. NVIDIA's nvcc wheel for the cell's CUDA has it under
+    site-packages/nvidia/cuda_nvcc, and XLA_FLAGS points there; a locked cell has the wheel in its framework layer."""
+    cells = [
+        c
+        for c in real_expansion.cells
+        if c.framework == "tensorflow" and tuple(map(int, c.framework_version.split(".")[:2])) >= XLA_OPTIMIZERS_FROM
+    ]
+    assert cells
+    for c in cells:
+        major = c.cuda.split(".")[0]
+        [nvcc] = [r for r in c.install.requirements if r.startswith(f"nvidia-cuda-nvcc-cu{major}==")]
+        assert nvcc.split("==")[1].startswith(f"{c.cuda}."), f"{c.slug}: {nvcc} is not CUDA {c.cuda}'s"
+        folder = f"/opt/venv/lib/python{c.python}/site-packages/nvidia/cuda_nvcc"
+        assert f"ENV XLA_FLAGS=--xla_gpu_cuda_data_dir={folder}" in _instructions(rendered[c.dockerfile]), c.slug
+        framework_lock = REPO / "images" / c.framework / c.slug / "framework.lock"
+        if framework_lock.is_file():
+            assert re.search(rf"^{re.escape(nvcc)} \\$", framework_lock.read_text(), re.MULTILINE), c.slug
 
 
 # --- images/ on disk ------------------------------------------------------------------------------------------

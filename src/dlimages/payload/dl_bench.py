@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Training benchmark run inside a dlimages image (installed as `dl-bench`): synthetic ResNet-50
 throughput (images/s) and peak GPU memory per precision mode, to prove an image is not only
-correct but configured to be fast (TF32, AMP, channels_last, torch.compile).
+correct but configured to be fast (TF32, AMP, channels_last, torch.compile). With `--gpus all`:
+NCCL all-reduce bus bandwidth by message size, and DDP ResNet-50 throughput on all GPUs against
+one GPU in the same run (scaling efficiency), one process per GPU.
 
 Standalone on purpose (stdlib, torch, torchvision optional, and dl_stack.py beside it): it is
 copied into images and also runs as a plain script on any host, so it must not import dlimages.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import math
 import os
@@ -75,6 +78,17 @@ MAX_BATCH_SIZE = 65536
 MAX_STEPS = 100000
 _DIGITS = re.compile("[0-9]+")
 
+# --gpus all: all-reduce message sizes (float32) and counts as nccl-tests runs them (-w 5 -n 20, here more of
+# each for steadier figures); the DDP mode and per-GPU batch of the published H200 figures.
+ALLREDUCE_SIZES = (16 * 2**20, 128 * 2**20, 2**30)
+ALLREDUCE_WARMUP = 10
+ALLREDUCE_ITERS = 50
+DDP_MODE = "bf16_cl"
+DDP_BATCH_SIZE = 256
+MAX_GPUS = 1024
+# A safety net for a hung collective, not a budget: cuDNN autotuning and torch.compile take minutes on slow GPUs.
+WORKER_TIMEOUT_S = 1800
+
 
 # ---------------------------------------------------------------------------------------------
 # Pure rules: flags to a plan, results to a report.
@@ -132,9 +146,10 @@ def check_writable(path: str) -> None:
         os.remove(path)
 
 
-def parse_batch_sizes(values: Sequence[str] | None, modes: Sequence[str]) -> dict[str, int]:
+def parse_batch_sizes(
+    values: Sequence[str] | None, modes: Sequence[str], default: int = DEFAULT_BATCH_SIZE
+) -> dict[str, int]:
     """Batch size per mode from repeated --batch-size N (all modes) or MODE=N (one mode)."""
-    default = DEFAULT_BATCH_SIZE
     overrides: dict[str, int] = {}
     for value in values or ():
         if "=" in value:
@@ -150,6 +165,43 @@ def parse_batch_sizes(values: Sequence[str] | None, modes: Sequence[str]) -> dic
 
 def images_per_second(batch_size: int, iters: int, seconds: float) -> float:
     return batch_size * iters / seconds if seconds > 0 else 0.0
+
+
+def parse_gpus(text: str) -> int | None:
+    """--gpus: a count of GPUs (1, the default, is the per-mode benchmark) or "all" (None: every visible GPU)."""
+    if text.strip().lower() == "all":
+        return None
+    return _positive_int(text, "--gpus", MAX_GPUS)
+
+
+def multi_gpu_mode(modes_text: str | None, with_compile: bool) -> str:
+    """The one mode DDP runs in with --gpus: --modes names it (default bf16_cl, or compile with --compile)."""
+    default = "compile" if with_compile else DDP_MODE
+    names = parse_modes(modes_text or default, False)
+    if with_compile and "compile" not in names:
+        names.append("compile")
+    if len(names) != 1:
+        raise dl_stack.UsageError(f"--gpus runs DDP in one mode; got {', '.join(names)} (give one with --modes)")
+    return names[0]
+
+
+def bus_bandwidth(size_bytes: int, seconds: float, world: int) -> tuple[float, float]:
+    """(algorithm bandwidth, bus bandwidth) of one all-reduce in GB/s (10**9 B/s), as nccl-tests defines them:
+    algbw = size / time; busbw = algbw * 2 * (n - 1) / n, the traffic each GPU's link carries in a ring, so that
+    busbw compares with the link's peak whatever the number of GPUs.
+
+    Example: bus_bandwidth(2**30, 0.0033, 2) == (325.4, 325.4) to one decimal."""
+    if seconds <= 0 or world < 1:
+        return 0.0, 0.0
+    algbw = size_bytes / seconds / 1e9
+    return algbw, algbw * 2 * (world - 1) / world
+
+
+def scaling_efficiency(all_gpus: float, one_gpu: float, world: int) -> float | None:
+    """Throughput on `world` GPUs over `world` times the throughput on one: 1.0 is perfect scaling."""
+    if one_gpu <= 0 or world < 1:
+        return None
+    return all_gpus / (world * one_gpu)
 
 
 def add_memory_savings(results: list[dict[str, Any]]) -> None:
@@ -361,11 +413,15 @@ def _zero_grad(optimizer: Any) -> None:
         optimizer.zero_grad()
 
 
-def time_mode(
-    torch: ModuleType, build_model: Callable[[], Any], mode: Mode, batch_size: int, warmup: int, iters: int
-) -> dict[str, Any]:
-    """Train `iters` timed steps after `warmup`; data is made once, on the GPU."""
-    device = torch.device("cuda", 0)
+def training_step(
+    torch: ModuleType,
+    build_model: Callable[[], Any],
+    mode: Mode,
+    batch_size: int,
+    device: Any,
+    wrap: Callable[[Any], Any] | None = None,
+) -> Callable[[], Any]:
+    """One training step of the model on synthetic data made once on `device`; `wrap` puts the model under DDP."""
     set_tf32(torch, mode.tf32)
     torch.manual_seed(0)
     memory_format = torch.channels_last if mode.channels_last else torch.contiguous_format
@@ -375,8 +431,9 @@ def time_mode(
     images = images.contiguous(memory_format=memory_format)
     labels = torch.randint(0, NUM_CLASSES, (batch_size,), device=device)
     criterion = torch.nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
-    forward = torch.compile(model) if mode.compile else model
+    net = wrap(model) if wrap is not None else model
+    optimizer = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    forward = torch.compile(net) if mode.compile else net
     scaler = dl_stack.torch_grad_scaler(torch) if mode.autocast == "float16" else None
     if not (images.is_cuda and labels.is_cuda and all(p.is_cuda for p in model.parameters())):
         raise RuntimeError("benchmark tensors are not on the GPU")
@@ -388,11 +445,22 @@ def time_mode(
         dl_stack.torch_backward_step(loss, optimizer, scaler)
         return loss
 
+    return step
+
+
+def timed_steps(
+    torch: ModuleType, step: Callable[[], Any], warmup: int, iters: int, line_up: Callable[[], None] | None = None
+) -> dict[str, float]:
+    """Run `warmup` untimed then `iters` timed steps: {elapsed_s, warmup_s, final_loss}.
+
+    `line_up` makes every process start the timed steps together (DDP)."""
     warm_start = time.perf_counter()
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
     warmup_s = time.perf_counter() - warm_start
+    if line_up is not None:
+        line_up()
     # Synchronize only around the loop: a sync per step would time the host, not the GPU.
     start = time.perf_counter()
     for _ in range(iters):
@@ -402,11 +470,21 @@ def time_mode(
     final_loss = float(loss.item())
     if not math.isfinite(final_loss):
         raise RuntimeError(f"loss is {final_loss}: the step is numerically broken")
+    return {"elapsed_s": elapsed, "warmup_s": warmup_s, "final_loss": final_loss}
+
+
+def time_mode(
+    torch: ModuleType, build_model: Callable[[], Any], mode: Mode, batch_size: int, warmup: int, iters: int
+) -> dict[str, Any]:
+    """Train `iters` timed steps after `warmup`; data is made once, on the GPU."""
+    step = training_step(torch, build_model, mode, batch_size, torch.device("cuda", 0))
+    timing = timed_steps(torch, step, warmup, iters)
+    elapsed = timing["elapsed_s"]
     return {
         "images_per_s": round(images_per_second(batch_size, iters, elapsed), 1),
         "step_ms": round(1000.0 * elapsed / iters, 2),
-        "warmup_s": round(warmup_s, 1),
-        "final_loss": round(final_loss, 4),
+        "warmup_s": round(timing["warmup_s"], 1),
+        "final_loss": round(timing["final_loss"], 4),
     }
 
 
@@ -452,6 +530,226 @@ def run_mode(
 
 
 # ---------------------------------------------------------------------------------------------
+# Several GPUs: NCCL all-reduce bandwidth and DDP throughput, one process per GPU.
+# ---------------------------------------------------------------------------------------------
+
+
+def _line_up(torch: ModuleType, device: Any) -> None:
+    """A barrier on the GPUs: a one-element all-reduce every process waits for (no host-side barrier to guess at)."""
+    token = torch.zeros(1, device=device)
+    torch.distributed.all_reduce(token)
+    torch.cuda.synchronize(device)
+
+
+def allreduce_times(
+    torch: ModuleType, device: Any, rank: int, world: int, sizes: Sequence[int], warmup: int, iters: int
+) -> list[dict[str, Any]]:
+    """Seconds per all-reduce of each size (float32, in place), timed with CUDA events around `iters` calls."""
+    dist = torch.distributed
+    rows = []
+    for size in sizes:
+        buffer = torch.full((size // 4,), float(rank + 1), dtype=torch.float32, device=device)
+        dist.all_reduce(buffer)  # also the first warm-up: the result must be the sum of the ranks' values
+        expected = world * (world + 1) / 2
+        seen = (float(buffer[0]), float(buffer[-1]))
+        if seen != (expected, expected):
+            raise RuntimeError(f"all-reduce of {dl_stack.size_text(size)} gave {seen}, expected {expected:g}")
+        buffer.zero_()  # zeros stay zeros: no overflow however many times it is summed
+        for _ in range(warmup):
+            dist.all_reduce(buffer)
+        _line_up(torch, device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            dist.all_reduce(buffer)
+        end.record()
+        end.synchronize()
+        rows.append({"bytes": size, "seconds": start.elapsed_time(end) / 1000.0 / iters})
+        del buffer
+    return rows
+
+
+def multi_gpu_worker(rank: int, world: int, workdir: str, note: Callable[..., None], plan: dict[str, Any]) -> Any:
+    """One rank: the all-reduce sizes (when the plan asks and world > 1), then DDP ResNet-50 training steps."""
+    torch: Any = importlib.import_module("torch")
+    torch.cuda.set_device(rank)
+    device = torch.device("cuda", rank)
+    note("init")
+    dl_stack.torch_init_process_group(torch, "nccl", workdir, rank, world, WORKER_TIMEOUT_S)
+    result: dict[str, Any] = {}
+    if plan["allreduce"]:
+        note("all_reduce")
+        result["allreduce"] = allreduce_times(
+            torch, device, rank, world, plan["sizes"], ALLREDUCE_WARMUP, ALLREDUCE_ITERS
+        )
+    note("ddp")
+    # cuDNN autotuning picks the fastest convolution per shape; the shapes never change here.
+    torch.backends.cudnn.benchmark = True
+    build_model, model_source = resnet50_factory(torch)
+    step = training_step(
+        torch,
+        build_model,
+        MODES[plan["mode"]],
+        plan["batch_size"],
+        device,
+        wrap=lambda model: dl_stack.torch_ddp(torch, model, rank),
+    )
+    torch.cuda.reset_peak_memory_stats(rank)
+    timing: dict[str, Any] = dict(
+        timed_steps(torch, step, plan["warmup"], plan["iters"], line_up=lambda: _line_up(torch, device))
+    )
+    timing["peak_mem_gib"] = torch.cuda.max_memory_allocated(rank) / GIB
+    timing["model"] = model_source
+    result["ddp"] = timing
+    torch.distributed.destroy_process_group()
+    return result
+
+
+def allreduce_rows(
+    outcomes: Sequence[dl_stack.WorkerOutcome], sizes: Sequence[int], world: int, names: Sequence[str]
+) -> list[dict[str, Any]]:
+    """One row per message size: the slowest rank's time per all-reduce, as algorithm and bus bandwidth."""
+    rows = []
+    failed = any(o.state != dl_stack.OK for o in outcomes)
+    for index, size in enumerate(sizes):
+        row: dict[str, Any] = {
+            "size": dl_stack.size_text(size),
+            "bytes": size,
+            "dtype": "float32",
+            "gpus": world,
+            "status": "ok",
+            "time_us": None,
+            "algbw_gbps": None,
+            "busbw_gbps": None,
+            "error": None,
+        }
+        if world < 2:
+            row.update(status="skipped", error=f"needs 2 or more GPUs; {world} visible")
+        elif failed:
+            row.update(status="error", error=dl_stack.describe_worker_failures(outcomes, names))
+        else:
+            seconds = max(o.value["allreduce"][index]["seconds"] for o in outcomes)
+            algbw, busbw = bus_bandwidth(size, seconds, world)
+            row.update(time_us=round(seconds * 1e6, 1), algbw_gbps=round(algbw, 1), busbw_gbps=round(busbw, 1))
+        rows.append(row)
+    return rows
+
+
+def ddp_row(
+    outcomes: Sequence[dl_stack.WorkerOutcome], batch_size: int, iters: int, names: Sequence[str]
+) -> dict[str, Any]:
+    """Throughput of one DDP run: every GPU's images over the slowest GPU's time."""
+    world = len(outcomes)
+    row: dict[str, Any] = {
+        "gpus": world,
+        "status": "ok",
+        "images_per_s": None,
+        "step_ms": None,
+        "peak_mem_gib": None,
+        "warmup_s": None,
+        "final_loss": None,
+        "error": None,
+    }
+    if any(o.state != dl_stack.OK for o in outcomes):
+        failures = dl_stack.describe_worker_failures(outcomes, names)
+        oom = "out of memory" in failures.lower()
+        row.update(status="oom" if oom else "error", error=failures)
+        return row
+    timings = [o.value["ddp"] for o in outcomes]
+    elapsed = max(t["elapsed_s"] for t in timings)
+    row.update(
+        images_per_s=round(images_per_second(world * batch_size, iters, elapsed), 1),
+        step_ms=round(1000.0 * elapsed / iters, 2),
+        peak_mem_gib=round(max(t["peak_mem_gib"] for t in timings), 2),
+        warmup_s=round(max(t["warmup_s"] for t in timings), 1),
+        final_loss=round(timings[0]["final_loss"], 4),
+    )
+    return row
+
+
+def run_multi_gpu(world: int, plan: dict[str, Any]) -> list[dl_stack.WorkerOutcome]:
+    return dl_stack.run_workers(multi_gpu_worker, world, (plan,), timeout_s=WORKER_TIMEOUT_S)
+
+
+def multi_gpu_report(
+    torch: ModuleType, world: int, mode: str, batch_size: int, warmup: int, iters: int
+) -> dict[str, Any]:
+    """All-reduce rows and DDP throughput on one GPU and on `world` GPUs, run one after the other."""
+    names = [torch.cuda.get_device_name(index) for index in range(world)]
+    plan = {"mode": mode, "batch_size": batch_size, "warmup": warmup, "iters": iters, "sizes": list(ALLREDUCE_SIZES)}
+    # One GPU first: the same DDP code at world size 1, the baseline the scaling is measured against.
+    one = ddp_row(run_multi_gpu(1, {**plan, "allreduce": False}), batch_size, iters, names)
+    sys.stderr.write(f"dl-bench: DDP on 1 GPU {one['status']} {one['images_per_s'] or ''}\n")
+    all_gpus: dict[str, Any] | None = None
+    outcomes: list[dl_stack.WorkerOutcome] = []
+    if world > 1:
+        outcomes = run_multi_gpu(world, {**plan, "allreduce": True})
+        all_gpus = ddp_row(outcomes, batch_size, iters, names)
+        sys.stderr.write(f"dl-bench: DDP on {world} GPUs {all_gpus['status']} {all_gpus['images_per_s'] or ''}\n")
+    efficiency = None
+    if all_gpus is not None and all_gpus["status"] == "ok" and one["status"] == "ok":
+        efficiency = scaling_efficiency(all_gpus["images_per_s"], one["images_per_s"], world)
+    return {
+        "gpus": world,
+        "gpu_names": names,
+        "nccl": dl_stack.nccl_version_text(torch),
+        "collective_env": dl_stack.collective_environment(),
+        "allreduce": allreduce_rows(outcomes, ALLREDUCE_SIZES, world, names),
+        "ddp": {
+            "mode": mode,
+            "description": MODES[mode].summary,
+            "batch_size_per_gpu": batch_size,
+            "one_gpu": one,
+            "all_gpus": all_gpus,
+            "scaling_efficiency": None if efficiency is None else round(efficiency, 4),
+        },
+    }
+
+
+def decide_multi_gpu_outcome(multi: dict[str, Any]) -> tuple[str, int]:
+    rows = [*multi["allreduce"], multi["ddp"]["one_gpu"]]
+    if multi["ddp"]["all_gpus"] is not None:
+        rows.append(multi["ddp"]["all_gpus"])
+    return decide_outcome(rows)
+
+
+def render_multi_gpu_table(report: dict[str, Any]) -> str:
+    env, multi = report["environment"], report["multi_gpu"]
+    ddp = multi["ddp"]
+    lines = [
+        "dl-bench --gpus: {} x {}, driver {}, torch {}, CUDA {}, cuDNN {}, NCCL {}".format(
+            multi["gpus"], env["gpu"], env["driver"], env["torch"], env["cuda"], env["cudnn"], multi["nccl"]
+        ),
+        "NCCL/torch.distributed environment: {}".format(
+            " ".join(f"{k}={v}" for k, v in multi["collective_env"].items()) or "none set"
+        ),
+        f"all-reduce, float32, in place, {ALLREDUCE_WARMUP} warmup + {ALLREDUCE_ITERS} timed:",
+        f"{'size':>8} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11}  status",
+    ]
+    for r in multi["allreduce"]:
+        if r["status"] == "ok":
+            lines.append(f"{r['size']:>8} {r['time_us']:>10.1f} {r['algbw_gbps']:>11.1f} {r['busbw_gbps']:>11.1f}  ok")
+        else:
+            lines.append(f"{r['size']:>8} {'-':>10} {'-':>11} {'-':>11}  {r['status']}: {r['error']}")
+    lines.append(
+        "DDP ResNet-50 ({}), {}, batch {} per GPU, {} warmup + {} timed steps:".format(
+            env["model"], ddp["description"], ddp["batch_size_per_gpu"], report["warmup"], report["iters"]
+        )
+    )
+    for r in (ddp["one_gpu"], ddp["all_gpus"]):
+        if r is None:
+            continue
+        if r["status"] == "ok":
+            lines.append(f"{r['gpus']:>3} GPU(s) {r['images_per_s']:>10.1f} img/s {r['step_ms']:>8.1f} ms/step")
+        else:
+            lines.append(f"{r['gpus']:>3} GPU(s) {r['status']}: {r['error']}")
+    if ddp["scaling_efficiency"] is not None:
+        lines.append(f"scaling efficiency: {100 * ddp['scaling_efficiency']:.1f} %")
+    lines.append("RESULT {} (exit {})".format(report["status"], report["exit_code"]))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
 # Command line.
 # ---------------------------------------------------------------------------------------------
 
@@ -459,7 +757,8 @@ def run_mode(
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dl-bench",
-        description="Synthetic ResNet-50 training throughput and peak memory per precision mode. "
+        description="Synthetic ResNet-50 training throughput and peak memory per precision mode; with --gpus all, "
+        "NCCL all-reduce bus bandwidth and DDP throughput with its scaling over one GPU. "
         "Exit 0 passed, 1 a mode failed, 2 usage error, 77 no GPU.",
     )
     parser.add_argument(
@@ -474,6 +773,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--compile", action="store_true", help="also run the compile mode (torch.compile)")
     parser.add_argument(
+        "--gpus",
+        default="1",
+        metavar="N|all",
+        help="1 (default): the per-mode benchmark on GPU 0; all (or N): NCCL all-reduce bus bandwidth at "
+        "16 MiB, 128 MiB and 1 GiB, and DDP ResNet-50 (one mode, default bf16_cl, batch 256 per GPU) on one "
+        "GPU and on all, one process per GPU",
+    )
+    parser.add_argument(
         "--warmup", type=whole_number, default=10, help=f"untimed steps per mode (default 10, at most {MAX_STEPS})"
     )
     parser.add_argument(
@@ -487,7 +794,8 @@ def build_parser() -> argparse.ArgumentParser:
 def emit(report: dict[str, Any], args: argparse.Namespace) -> bool:
     """Print the report and write it to --out; False (with a message) when --out could not be written."""
     text = json.dumps(report, indent=2)
-    print(text if args.json else render_table(report))
+    render = render_multi_gpu_table if report.get("multi_gpu") else render_table
+    print(text if args.json else render(report))
     if args.out:
         try:
             with open(args.out, "w") as handle:
@@ -503,8 +811,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_steps(args.warmup, args.iters)
-        modes = parse_modes(args.modes, args.compile)
-        batch_sizes = parse_batch_sizes(args.batch_size, modes)
+        gpus = parse_gpus(args.gpus)
+        if gpus == 1:
+            modes = parse_modes(args.modes, args.compile)
+            batch_sizes = parse_batch_sizes(args.batch_size, modes)
+        else:
+            modes = [multi_gpu_mode(args.modes, args.compile)]
+            batch_sizes = parse_batch_sizes(args.batch_size, modes, DDP_BATCH_SIZE)
         if args.out is not None:
             check_writable(args.out)
         try:
@@ -521,17 +834,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     report: dict[str, Any] = {
         "status": "skipped",
         "exit_code": dl_stack.EXIT_SKIPPED,
-        "benchmark": "resnet50-synthetic-train",
+        "benchmark": "resnet50-synthetic-train" if gpus == 1 else "multi-gpu-allreduce-ddp-resnet50",
         "warmup": args.warmup,
         "iters": args.iters,
         "environment": environment(torch, model_source),
-        "modes": [],
     }
+    if gpus == 1:
+        report["modes"] = []
+    else:
+        report["multi_gpu"] = None
     if not torch.cuda.is_available():
         sys.stderr.write("dl-bench: no GPU visible to torch; skipped (exit 77)\n")
         if (args.json or args.out) and not emit(report, args):
             return dl_stack.EXIT_USAGE
         return dl_stack.EXIT_SKIPPED
+    if gpus != 1:
+        return bench_multi_gpu(torch, args, report, gpus, modes[0], batch_sizes[modes[0]], parser)
 
     # cuDNN autotuning picks the fastest convolution per shape; the shapes never change here.
     torch.backends.cudnn.benchmark = True
@@ -544,6 +862,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_memory_savings(results)
     report["modes"] = results
     report["status"], report["exit_code"] = decide_outcome(results)
+    if not emit(report, args):
+        return dl_stack.EXIT_USAGE
+    return int(report["exit_code"])
+
+
+def bench_multi_gpu(
+    torch: ModuleType,
+    args: argparse.Namespace,
+    report: dict[str, Any],
+    wanted: int | None,
+    mode: str,
+    batch_size: int,
+    parser: argparse.ArgumentParser,
+) -> int:
+    """--gpus all (None) or N: the multi-GPU report, printed and written as the per-mode one is."""
+    visible = torch.cuda.device_count()
+    if wanted is not None and wanted > visible:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write(f"dl-bench: error: --gpus {wanted}: only {visible} GPU(s) visible\n")
+        return dl_stack.EXIT_USAGE
+    world = visible if wanted is None else wanted
+    report["multi_gpu"] = multi_gpu_report(torch, world, mode, batch_size, args.warmup, args.iters)
+    report["status"], report["exit_code"] = decide_multi_gpu_outcome(report["multi_gpu"])
     if not emit(report, args):
         return dl_stack.EXIT_USAGE
     return int(report["exit_code"])

@@ -16,7 +16,15 @@ ENV LANG=C.UTF-8 \
     LC_ALL=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-# NVIDIA_REQUIRE_CUDA (with its driver-branch exceptions) comes from the nvidia/cuda base as published.
+# How the NVIDIA container toolkit exposes the GPU, as nvidia/cuda images set it. Before the container starts, the
+# toolkit checks NVIDIA_REQUIRE_CUDA on every visible GPU: alternatives separated by spaces, each a comma-separated
+# AND; `cuda>=` compares the CUDA version the driver supports, `driver` the driver, `arch` the GPU's compute
+# capability, `brand` its NVML brand (https://github.com/NVIDIA/libnvidia-container/blob/main/src/cli/dsl.c and
+# configure.c). `invoke doctor` evaluates the same value; matrix.yaml's `cuda:` and `nvidia_cuda:` give the sources.
+# NVIDIA_REQUIRE_CUDA is the nvidia/cuda base's own (matrix.yaml records it from the base's Dockerfile): driver
+# 450.51.06 or newer, or on data-center GPUs driver branch 418 through the base's cuda-compat libraries
+# (forward compatibility: https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html); on older
+# branches other brands fail with CUDA error 804.
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 # Mirror profile, chosen at build time (`invoke build --mirror tuna`): empty values keep upstream defaults.
@@ -101,7 +109,9 @@ RUN --mount=type=tmpfs,target=/mnt \
         "tensorflow==2.4.4" \
  && /mnt/dl-normalize
 # The preinstalled package set, pinned; the constraints file (framework and package pins) keeps the
-# framework from moving and users can reuse it: pip install -c /opt/venv/constraints.txt ...
+# framework from moving and users can reuse it: pip install -c /opt/venv/constraints.txt ... `pip check`: the
+# framework and the package set, installed in separate steps, still agree on every requirement (else the build
+# fails, naming each conflict).
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
     --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
@@ -117,6 +127,7 @@ RUN --mount=type=tmpfs,target=/mnt \
         "numpy==1.19.5" \
         "pandas==1.3.5" \
         "scipy==1.6.3" \
+ && setpriv --reuid=1000 --regid=1000 --clear-groups pip check \
  && /mnt/dl-normalize
 # JupyterLab answers on 8888; the token comes from JUPYTER_TOKEN, else Jupyter makes a random one and logs it.
 # Its configuration (assets/jupyter_server_config.py) is installed with the shell's files, in one step.
@@ -165,6 +176,7 @@ LABEL org.opencontainers.image.title="test/tensorflow-dev" \
       io.dlimages.flavor="devel" \
       io.dlimages.min-driver="450.51.06" \
       io.dlimages.compat-driver="450.51.06" \
+      io.dlimages.forward-compat-branches="418" \
       io.dlimages.cuda-arch-list="sm_35 sm_50 sm_60 sm_70 sm_75 compute_80" \
       io.dlimages.mirror-profile="${MIRROR_PROFILE}" \
       io.dlimages.locked="false"

@@ -16,8 +16,13 @@ ENV LANG=C.UTF-8 \
     LC_ALL=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-# How the NVIDIA container toolkit exposes the GPU, as nvidia/cuda images set it. CUDA itself comes from
-# the framework's wheels; there is no cuda-compat package, so no driver-branch exceptions apply.
+# How the NVIDIA container toolkit exposes the GPU, as nvidia/cuda images set it. Before the container starts, the
+# toolkit checks NVIDIA_REQUIRE_CUDA on every visible GPU: alternatives separated by spaces, each a comma-separated
+# AND; `cuda>=` compares the CUDA version the driver supports, `driver` the driver, `arch` the GPU's compute
+# capability, `brand` its NVML brand (https://github.com/NVIDIA/libnvidia-container/blob/main/src/cli/dsl.c and
+# configure.c). `invoke doctor` evaluates the same value; matrix.yaml's `cuda:` and `nvidia_cuda:` give the sources.
+# CUDA comes from the framework's wheels; CUDA 11.0 has no minor-version floor below its own driver.
+# No cuda-compat package in this image: no forward compatibility.
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     NVIDIA_REQUIRE_CUDA="cuda>=11.0"
@@ -112,7 +117,9 @@ RUN --mount=type=tmpfs,target=/mnt \
         "torchvision==0.8.2+cu110" \
  && /mnt/dl-normalize
 # The preinstalled package set, pinned; the constraints file (framework and package pins) keeps the
-# framework from moving and users can reuse it: pip install -c /opt/venv/constraints.txt ...
+# framework from moving and users can reuse it: pip install -c /opt/venv/constraints.txt ... `pip check`: the
+# framework and the package set, installed in separate steps, still agree on every requirement (else the build
+# fails, naming each conflict).
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
     --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
@@ -128,6 +135,7 @@ RUN --mount=type=tmpfs,target=/mnt \
         "numpy==1.24.4" \
         "pandas==2.0.3" \
         "scipy==1.10.1" \
+ && setpriv --reuid=1000 --regid=1000 --clear-groups pip check \
  && /mnt/dl-normalize
 # JupyterLab answers on 8888; the token comes from JUPYTER_TOKEN, else Jupyter makes a random one and logs it.
 # Its configuration (assets/jupyter_server_config.py) is installed with the shell's files, in one step.
@@ -177,6 +185,7 @@ LABEL org.opencontainers.image.title="test/pytorch-dev" \
       io.dlimages.flavor="runtime" \
       io.dlimages.min-driver="450.51.06" \
       io.dlimages.compat-driver="450.51.06" \
+      io.dlimages.forward-compat-branches="" \
       io.dlimages.cuda-arch-list="sm_37 sm_50 sm_60 sm_70 sm_75 sm_80" \
       io.dlimages.mirror-profile="${MIRROR_PROFILE}" \
       io.dlimages.locked="false"

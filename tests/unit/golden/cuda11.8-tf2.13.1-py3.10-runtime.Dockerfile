@@ -17,7 +17,15 @@ ENV LANG=C.UTF-8 \
     LC_ALL=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-# NVIDIA_REQUIRE_CUDA (with its driver-branch exceptions) comes from the nvidia/cuda base as published.
+# How the NVIDIA container toolkit exposes the GPU, as nvidia/cuda images set it. Before the container starts, the
+# toolkit checks NVIDIA_REQUIRE_CUDA on every visible GPU: alternatives separated by spaces, each a comma-separated
+# AND; `cuda>=` compares the CUDA version the driver supports, `driver` the driver, `arch` the GPU's compute
+# capability, `brand` its NVML brand (https://github.com/NVIDIA/libnvidia-container/blob/main/src/cli/dsl.c and
+# configure.c). `invoke doctor` evaluates the same value; matrix.yaml's `cuda:` and `nvidia_cuda:` give the sources.
+# NVIDIA_REQUIRE_CUDA is the nvidia/cuda base's own (matrix.yaml records it from the base's Dockerfile): driver
+# 520.61.05 or newer, or on data-center GPUs driver branch 450 or 470 through the base's cuda-compat libraries
+# (forward compatibility: https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html); on older
+# branches other brands fail with CUDA error 804.
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 # Mirror profile, chosen at build time (`invoke build --mirror tuna`): empty values keep upstream defaults.
@@ -91,6 +99,7 @@ RUN --mount=type=tmpfs,target=/mnt \
  && export HOME=/home/dev \
  && printf '%s\n' \
         "tensorflow==2.13.1" \
+        "nvidia-cuda-nvcc-cu11==11.8.89" \
         "ipykernel==6.26.0" \
         "jupyterlab==4.0.9" \
         "numpy==1.24.3" \
@@ -100,9 +109,16 @@ RUN --mount=type=tmpfs,target=/mnt \
  && chown dev:dev /opt/venv/constraints.txt \
  && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --constraint /opt/venv/constraints.txt \
         "tensorflow==2.13.1" \
+        "nvidia-cuda-nvcc-cu11==11.8.89" \
  && /mnt/dl-normalize
+# XLA (TensorFlow's jit_compile, and Keras optimizers since TF 2.11) links every GPU kernel with libdevice and
+# assembles it with ptxas: both come from nvidia-cuda-nvcc-cu11==11.8.89 ({nvvm/libdevice,bin} under its folder),
+# which XLA is pointed at. Set your own XLA flags after it: XLA_FLAGS="$XLA_FLAGS --xla_...".
+ENV XLA_FLAGS=--xla_gpu_cuda_data_dir=/opt/venv/lib/python3.10/site-packages/nvidia/cuda_nvcc
 # The preinstalled package set, pinned; the constraints file (framework and package pins) keeps the
-# framework from moving and users can reuse it: pip install -c /opt/venv/constraints.txt ...
+# framework from moving and users can reuse it: pip install -c /opt/venv/constraints.txt ... `pip check`: the
+# framework and the package set, installed in separate steps, still agree on every requirement (else the build
+# fails, naming each conflict).
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
     --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
@@ -118,6 +134,7 @@ RUN --mount=type=tmpfs,target=/mnt \
         "numpy==1.24.3" \
         "pandas==2.0.3" \
         "scipy==1.10.1" \
+ && setpriv --reuid=1000 --regid=1000 --clear-groups pip check \
  && /mnt/dl-normalize
 # JupyterLab answers on 8888; the token comes from JUPYTER_TOKEN, else Jupyter makes a random one and logs it.
 # Its configuration (assets/jupyter_server_config.py) is installed with the shell's files, in one step.
@@ -165,7 +182,8 @@ LABEL org.opencontainers.image.title="test/tensorflow-dev" \
       io.dlimages.python="3.10" \
       io.dlimages.flavor="runtime" \
       io.dlimages.min-driver="520.61.05" \
-      io.dlimages.compat-driver="450.80.02" \
+      io.dlimages.compat-driver="520.61.05" \
+      io.dlimages.forward-compat-branches="450 470" \
       io.dlimages.cuda-arch-list="sm_35 sm_50 sm_60 sm_70 sm_75 compute_80" \
       io.dlimages.mirror-profile="${MIRROR_PROFILE}" \
       io.dlimages.locked="false"
