@@ -92,13 +92,22 @@ def judge(matrix: Matrix, candidate: Candidate) -> list[Reason]:
         reasons.append(
             Reason(
                 "python-wheel",
-                f"{title} has wheels for Python {', '.join(release.python)}, not {candidate.python}",
+                f"{_with_companions(title, release)} has wheels for Python {', '.join(release.python)}, "
+                f"not {candidate.python}",
                 release.python_source or release.source,
             )
         )
     if variant is not None:
         reasons += _base_reasons(matrix, candidate, title, release, variant)
     return reasons
+
+
+def _with_companions(title: str, release: Release) -> str:
+    """The release with the packages an image installs beside it: the Python list holds for all of them (torch
+    1.13.1 has a cp311 wheel, torchvision 0.14.1 has none, so no 1.13.1 image can have Python 3.11)."""
+    if not release.companions:
+        return title
+    return f"{title} with " + ", ".join(f"{name} {version}" for name, version in release.companions.items())
 
 
 def _base_reasons(matrix: Matrix, candidate: Candidate, title: str, release: Release, variant: Variant) -> list[Reason]:
