@@ -76,7 +76,8 @@ def test_each_rule_says_why_and_cites_its_source(expansion: Expansion) -> None:
     old = "https://pytorch.org/get-started/previous-versions/#v171"
     assert _reasons(expansion, ("pytorch", "1.7.1", "11.8", "3.10", "runtime")) == {
         "cuda-build": f"PyTorch 1.7.1 was published for CUDA 11.0, not 11.8 [cuda-build; {old}]",
-        "python-wheel": f"PyTorch 1.7.1 with torchvision 0.8.2, torchaudio 0.7.2 has wheels for Python 3.6, 3.7, 3.8, 3.9, not 3.10 [python-wheel; {old}]",
+        "python-wheel": "PyTorch 1.7.1 with torchvision 0.8.2, torchaudio 0.7.2 has wheels for Python 3.6, 3.7, 3.8, "
+        f"3.9, not 3.10 [python-wheel; {old}]",
     }
     assert _reasons(expansion, ("pytorch", "2.1.2", "11.8", "3.10", "devel")) == {
         "no-duplicate-cuda": "PyTorch 2.1.2 brings its own CUDA libraries in its wheels; a devel base would ship "
