@@ -26,7 +26,6 @@ from dlimages.payload import dl_stack
 from dlimages.render import environment, render_cell
 from dlimages.spec import Matrix
 
-
 REPO = Path(__file__).resolve().parents[2]
 CellLookup = Callable[[str, str], Cell]
 
