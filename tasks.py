@@ -26,6 +26,7 @@ from dlimages import ci as ci_plan
 from dlimages import doctor as node_doctor
 from dlimages import lock as lock_files
 from dlimages import repro as reproducibility
+from dlimages import workflows as ci_workflows
 from dlimages.advice import Remedies
 from dlimages.base import make_base_argv, missing_bases
 from dlimages.builder import all_built, run_builds, summary_table
@@ -122,7 +123,7 @@ def render(c: Context, check: bool = False) -> None:
     """Render every cell's Dockerfile into images/ (deterministic; nothing written if validation fails)."""
     project = _project()
     if check:
-        print(f"images/ is up to date ({project.check_rendered()} files).")
+        print(f"images/ and the generated docs are up to date ({project.check_rendered()} files).")
         return
     changed, total = project.write_rendered()
     for change in changed:
@@ -589,7 +590,44 @@ def ci(c: Context) -> None:
     c.run(ci_plan.image_tests(root, sys.executable, Ledger(root).built_refs()).command, pty=False)
 
 
+@task(help={"check": "do not write; fail if .github/workflows/ is stale, hand-edited or missing a file"})
+@reports_input_errors
+def workflows_write(c: Context, check: bool = False) -> None:
+    """Write .github/workflows/ from matrix.yaml: the quick gate, one image job per cell, the GPU node, weekly."""
+    project = _project()
+    files = ci_workflows.generate(project.expansion.cells)
+    if check:
+        count = ci_workflows.check_workflows(project.root, files)
+        print(f"{ci_workflows.WORKFLOWS_DIR}/ is up to date ({count} files).")
+        return
+    changed = ci_workflows.write_workflows(project.root, files)
+    print("\n".join([*changed, f"{len(changed)} of {len(files)} workflow files changed."]))
+
+
+@task(
+    help={
+        "before": "folder of the previous build reports (JSON, searched recursively); missing or empty: no comparison",
+        "after": "folder of this build's reports (JSON, as `invoke push --report` writes them)",
+    }
+)
+@reports_input_errors
+def workflows_changes(c: Context, before: str | None = None, after: str | None = None) -> None:
+    """Print, as Markdown, which pip and dpkg packages each cell's image changed between two sets of build reports."""
+    if not after:
+        raise InputError([Problem("--after", "give the folder of this build's reports")])
+    new = ci_workflows.load_reports(Path(after), "--after")
+    if not new:
+        raise InputError([Problem("--after", f"no build report (*.json) under {after!r}")])
+    old = ci_workflows.load_reports(Path(before), "--before") if before else []
+    print(ci_workflows.diff_markdown(ci_workflows.report_diff(old, new), compared=bool(old)), end="")
+
+
 bases = Collection("bases")
 bases.add_task(bases_list, name="list", default=True)
 bases.add_task(bases_mirror, name="mirror")
-namespace = Collection(matrix, render, build, repro, lock, base, bases, test, push, smoke, bench, doctor, check, ci)
+workflows = Collection("workflows")
+workflows.add_task(workflows_write, name="write", default=True)
+workflows.add_task(workflows_changes, name="changes")
+namespace = Collection(
+    matrix, render, build, repro, lock, base, bases, test, push, smoke, bench, doctor, check, ci, workflows
+)

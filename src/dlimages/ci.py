@@ -33,7 +33,8 @@ class Step:
 
 
 def checks(root: Path, python: str) -> list[Step]:
-    """The quick gate: every linter through pre-commit, then the unit tests and the GPU tests.
+    """The quick gate: every linter through pre-commit, the drift checks (images/, locks, .github/workflows/),
+    then the unit tests and the GPU tests.
 
     The GPU tests run too: on a machine without a GPU they are reported as skipped, never passed. The tests are
     spread over every core (pytest-xdist): about 19 s instead of 27 s on a 2-core machine.
@@ -43,6 +44,7 @@ def checks(root: Path, python: str) -> list[Step]:
         Step("lint", f"{py} -m pre_commit run --all-files --show-diff-on-failure --color never"),
         Step("render check", "invoke render --check"),
         Step("lock check", "invoke lock --check"),
+        Step("workflow check", "invoke workflows --check"),
         Step(
             "unit and GPU tests",
             f"{py} -m pytest {_q(root / 'tests/unit')} {_q(root / 'tests/gpu')} -p no:cacheprovider -rs -n auto",

@@ -1,4 +1,5 @@
-"""The project as the tasks see it: the repo root, its validated matrix, the expanded cells, the rendered tree."""
+"""The project as the tasks see it: the repo root, its validated matrix, the expanded cells, the rendered tree and
+the docs made from the matrix."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from pathlib import Path
 
 from dlimages.cells import Expansion, expand
 from dlimages.errors import InputError
-from dlimages.render import GeneratedFile, render_tree, stale_files, write_tree
+from dlimages.render import (
+    GeneratedFile,
+    render_documents,
+    render_tree,
+    stale_documents,
+    stale_files,
+    write_documents,
+    write_tree,
+)
 from dlimages.spec import MATRIX_FILE, Matrix, load_matrix
 
 
@@ -28,18 +37,28 @@ class Project:
         """Everything images/ should hold, in memory (nothing is written when a template fails)."""
         return render_tree(self.root, self.matrix, self.expansion)
 
+    def documents(self) -> list[GeneratedFile]:
+        """README.md and docs/provisioning.md with their generated blocks, and docs/matrix.svg, in memory (none in a
+        tree without README.md)."""
+        return render_documents(self.root, self.matrix, self.expansion)
+
     def check_rendered(self) -> int:
-        """How many files images/ holds; InputError naming every stale, hand-edited, missing or extra file."""
-        files = self.rendered()
-        problems = stale_files(self.root, files)
-        if problems:
-            raise InputError(problems, heading=f"images/ is out of date ({len(problems)} files):")
-        return len(files)
+        """How many files images/ and the docs hold; InputError naming every stale, hand-edited, missing or extra
+        file, and every document whose generated block or picture differs."""
+        files, documents = self.rendered(), self.documents()
+        stale, stale_docs = stale_files(self.root, files), stale_documents(self.root, documents)
+        if stale or stale_docs:
+            what = "images/ is" if not stale_docs else "the docs are" if not stale else "images/ and the docs are"
+            count = len(stale) + len(stale_docs)
+            raise InputError([*stale, *stale_docs], heading=f"{what} out of date ({count} files):")
+        return len(files) + len(documents)
 
     def write_rendered(self) -> tuple[list[str], int]:
-        """Bring images/ in line with the sources: what changed ("wrote X", "removed Y") and how many files."""
-        files = self.rendered()
-        return write_tree(self.root, files), len(files)
+        """Bring images/ and the docs in line with the sources: what changed ("wrote X", "removed Y") and how many
+        files. Everything is rendered before anything is written."""
+        files, documents = self.rendered(), self.documents()
+        changed = write_tree(self.root, files)
+        return changed + write_documents(self.root, documents), len(files) + len(documents)
 
 
 def find_root(start: Path | None = None) -> Path:

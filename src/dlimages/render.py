@@ -1,4 +1,5 @@
-"""Render every cell's Dockerfile (and the assets images copy) into images/, deterministically.
+"""Render every cell's Dockerfile (and the assets images copy) into images/, deterministically, and the docs made
+from the matrix (README's table, docs/provisioning.md's driver tables, docs/matrix.svg: text from matrixdocs).
 
 Everything is rendered in memory and checked (each Dockerfile holds only the instructions the templates write)
 before anything is written; the new tree is then written beside images/ and swapped in, so images/ is always
@@ -22,6 +23,7 @@ from dlimages.cells import Cell, Expansion
 from dlimages.errors import InputError, Problem, allowed_list
 from dlimages.grammar import reference_problem
 from dlimages.lock import LOCK_FILES, install_flags, lock_state
+from dlimages.matrixdocs import PICTURE, README, Block, blocks, matrix_svg, splice
 from dlimages.selection import flags_for
 from dlimages.spec import MATRIX_FILE, Matrix
 
@@ -40,6 +42,7 @@ class GeneratedFile:
     path: str  # relative to the repo root
     content: bytes
     mode: int = REGULAR
+    part: str = ""  # what of the file is generated, for messages ("the block between ..."); empty: all of it
 
 
 def _assets(root: Path) -> list[GeneratedFile]:
@@ -381,3 +384,92 @@ def stale_files(root: Path, files: list[GeneratedFile]) -> list[Problem]:
 
 def _mode(path: Path) -> int:
     return EXECUTABLE if os.access(path, os.X_OK) else REGULAR
+
+
+# --- The docs made from the matrix: README's table, docs/provisioning.md's driver tables, docs/matrix.svg ---------
+
+
+def render_documents(root: Path, matrix: Matrix, expansion: Expansion) -> list[GeneratedFile]:
+    """The documents with their generated blocks in place, and the picture, in memory (matrixdocs makes the text).
+
+    Only in a tree with a README.md: the copies of the repo that tests make have none, and a document that holds
+    blocks is never created from nothing (the picture is). Where README.md is, every document a block goes in must
+    hold its markers; otherwise InputError names each document and nothing is written.
+    """
+    if not (root / README).is_file():
+        return []
+    locks = {cell.slug: lock_state(root, cell, matrix.packages.pip).status for cell in expansion.cells}
+    by_document: dict[str, list[Block]] = {}
+    for block in blocks(matrix, expansion, locks):
+        by_document.setdefault(block.document, []).append(block)
+    files: list[GeneratedFile] = []
+    problems: list[Problem] = []
+    for document, parts in by_document.items():
+        try:
+            text = (root / document).read_bytes().decode("utf-8")  # bytes: line endings outside blocks stay as they are
+        except FileNotFoundError:
+            names = ", ".join(f"`{block.begin}` ... `{block.end}`" for block in parts)
+            problems.append(Problem(document, f"missing: it holds the blocks {names} that `invoke render` writes"))
+            continue
+        except OSError as error:
+            problems.append(Problem(document, f"cannot read: {error.strerror}"))
+            continue
+        except UnicodeDecodeError as error:
+            problems.append(Problem(document, f"not UTF-8 text ({error.reason})"))
+            continue
+        try:
+            for block in parts:
+                text = splice(text, block)
+        except InputError as error:
+            problems += error.problems
+            continue
+        part = parts[0].where if len(parts) == 1 else "a block of " + ", ".join(f"`{block.begin}`" for block in parts)
+        files.append(GeneratedFile(document, text.encode(), part=part))
+    if problems:
+        raise InputError(
+            problems, heading="The docs generated from matrix.yaml have nowhere to go; nothing was written:"
+        )
+    files.append(GeneratedFile(PICTURE, matrix_svg(matrix, expansion).encode(), part="the picture of the matrix"))
+    return files
+
+
+def stale_documents(root: Path, files: list[GeneratedFile]) -> list[Problem]:
+    """Documents whose generated part differs from a fresh render (stale, or edited by hand), or that are missing."""
+    problems: list[Problem] = []
+    for generated in files:
+        target = root / generated.path
+        if not target.is_file():
+            problems.append(Problem(generated.path, "missing; run `invoke render`"))
+        elif target.read_bytes() != generated.content:
+            what = generated.part or "its content"
+            problems.append(
+                Problem(
+                    generated.path, f"{what} differs from matrix.yaml (stale or edited by hand); run `invoke render`"
+                )
+            )
+    return problems
+
+
+def write_documents(root: Path, files: list[GeneratedFile]) -> list[str]:
+    """Write the documents that differ ("wrote X" for each), each whole or not at all (a new file renamed over it)."""
+    changed: list[str] = []
+    for generated in files:
+        target = root / generated.path
+        if target.is_file() and target.read_bytes() == generated.content:
+            continue
+        new = target.with_name(f".{target.name}.new")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            new.write_bytes(generated.content)
+            new.chmod(generated.mode)
+            os.replace(new, target)
+        except OSError as error:
+            try:
+                new.unlink(missing_ok=True)
+            except OSError:
+                pass  # reported below
+            raise InputError(
+                [Problem(generated.path, f"not written, left as it was: {error.strerror or error}")]
+            ) from None
+        changed.append(f"wrote {generated.path}")
+    return changed

@@ -33,7 +33,7 @@ def test_each_ci_build_is_one_cell_that_needs_no_unreachable_server(
 def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() -> None:
     root = Path("/repo")
     checks = [step.name for step in ci.checks(root, "python3")]
-    assert checks == ["lint", "render check", "lock check", "unit and GPU tests"]
+    assert checks == ["lint", "render check", "lock check", "workflow check", "unit and GPU tests"]
     steps = [step.command for step in ci.end_to_end(root)]
     builds = [i for i, command in enumerate(steps) if command.startswith("invoke build ")]
     push = next(i for i, command in enumerate(steps) if command.startswith("invoke push "))
