@@ -169,7 +169,7 @@ def test_matrix_explain_lists_the_exclusions(invoke: Cli) -> None:
 def test_render_check_passes_on_the_repo(invoke: Cli) -> None:
     result = invoke("render", "--check")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.startswith("images/ is up to date (")
+    assert result.stdout.startswith("images/ and the generated docs are up to date (")
 
 
 @pytest.mark.parametrize(
