@@ -28,8 +28,9 @@ from dlimages import lock as lock_files
 from dlimages import repro as reproducibility
 from dlimages import workflows as ci_workflows
 from dlimages.advice import Remedies
+from dlimages.bake import BAKE_FILE, bake_document, cache_export_problem, cache_problems, render_bake
 from dlimages.base import make_base_argv, missing_bases
-from dlimages.builder import all_built, run_builds, summary_table
+from dlimages.builder import all_built, builder_driver, run_bakes, run_builds, summary_table
 from dlimages.buildplan import BuildPlan, Secrets, local_bases, plan_run
 from dlimages.cells import Cell
 from dlimages.engine import NO_SETUP_HELP, EngineUnavailable, ensure_engine, setup_allowed
@@ -131,6 +132,12 @@ def render(c: Context, check: bool = False) -> None:
     print(f"{len(changed)} of {total} files changed.")
 
 
+JOBS_HELP = {
+    "jobs": "build N cells at once through `docker buildx bake` on the current builder (default 1: one by one)",
+    "cache_from": "with --jobs: import layers from this cache, e.g. type=registry,ref=HOST/NAME:cache",
+    "cache_to": "with --jobs: export layers to this cache (type=registry,...: not on the docker driver, which "
+    "exports only type=inline; use a docker-container, remote or kubernetes builder)",
+}
 ENGINE_HELP = {"no_engine_setup": NO_SETUP_HELP}
 BUILD_HELP = {
     **SELECT_HELP,
@@ -142,12 +149,14 @@ BUILD_HELP = {
 
 
 @task(
+    auto_shortflags=False,  # -h stays help: Invoke would give it to --cache-from
     help={
         **BUILD_HELP,
         "dry_run": "print the exact docker commands and tags; touch nothing",
         "netrc": "netrc file with private-index credentials (a BuildKit secret)",
         "keep_going": "after a failed cell, build the remaining ones (the exit code still reports the failure)",
-    }
+        **JOBS_HELP,
+    },
 )
 @reports_input_errors
 def build(
@@ -164,21 +173,46 @@ def build(
     netrc: str | None = None,
     keep_going: bool = False,
     no_engine_setup: bool = False,
+    jobs: int = 1,
+    cache_from: str | None = None,
+    cache_to: str | None = None,
 ) -> None:
-    """Build the selected cells (--dry-run prints the commands and tags)."""
+    """Build the selected cells (--dry-run prints the commands and tags; --jobs N builds N at once with bake)."""
     project = _project()
     cells = select(project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor))
     secrets = Secrets.from_flags(ca_bundle, netrc)
+    problems = cache_problems("--cache-from", cache_from) + cache_problems("--cache-to", cache_to)
+    if jobs < 1:
+        problems.append(Problem("--jobs", f"{jobs} is not a number of builds", "1 or more"))
+    if jobs == 1 and (cache_from or cache_to):
+        problems.append(Problem("--cache-from/--cache-to", "only with --jobs 2 or more (they go to bake)"))
+    if problems:
+        raise InputError(problems)
     plans = _plans(project, cells, mirror, secrets, base_registry, resolve_bases=False)  # every flag checked
     if dry_run:
         print("\n\n".join(plan.describe() for plan in plans))
         return
     _engine(no_engine_setup)  # installs skopeo too, which asks a base registry for digests
+    refused = cache_export_problem(builder_driver(RUNNER), cache_to) if jobs > 1 else None
+    if refused:
+        raise Exit(refused, code=2)
     plans = _plans(project, cells, mirror, secrets, base_registry)
     _make_local_bases(c, local_bases(plans))
     try:
         remedies = Remedies.from_matrix(project.matrix, project.expansion.cells)
-        results = run_builds(plans, project.root, keep_going=keep_going, remedies=remedies)
+        if jobs > 1:
+            results = run_bakes(
+                plans,
+                project.root,
+                Path(tempfile.gettempdir()) / "dlimages",
+                jobs=jobs,
+                keep_going=keep_going,
+                remedies=remedies,
+                cache_from=[cache_from] if cache_from else [],
+                cache_to=[cache_to] if cache_to else [],
+            )
+        else:
+            results = run_builds(plans, project.root, keep_going=keep_going, remedies=remedies)
     except KeyboardInterrupt:
         raise Exit(
             "interrupted: the cell being built was not tagged; earlier cells keep their tags", code=130
@@ -187,6 +221,56 @@ def build(
     Ledger(project.root).record(results)
     if not all_built(results, cells):
         raise Exit(code=1)
+
+
+@task(
+    auto_shortflags=False,  # -h stays help: Invoke would give it to --cache-from
+    help={
+        **SELECT_HELP,
+        "mirror": BUILD_HELP["mirror"],
+        "base_registry": BUILD_HELP["base_registry"],
+        "ca_bundle": BUILD_HELP["ca_bundle"],
+        "netrc": "netrc file with private-index credentials (a BuildKit secret: the file names its path only)",
+        "cache_from": "add this cache import to every target, e.g. type=registry,ref=HOST/NAME:cache",
+        "cache_to": "add this cache export to every target (not on the docker driver but type=inline)",
+        "out": f"the bake file to write (default {BAKE_FILE}; its paths are relative to the repository root)",
+    },
+)
+@reports_input_errors
+def bake(
+    c: Context,
+    cuda: str | None = None,
+    torch: str | None = None,
+    tf: str | None = None,
+    python: str | None = None,
+    flavor: str | None = None,
+    mirror: str = "none",
+    base_registry: str | None = None,
+    ca_bundle: str | None = None,
+    netrc: str | None = None,
+    cache_from: str | None = None,
+    cache_to: str | None = None,
+    out: str = BAKE_FILE,
+) -> None:
+    """Write a bake file (JSON) with the selected cells' builds, for any buildx builder to run in parallel."""
+    project = _project()
+    cells = select(project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor))
+    secrets = Secrets.from_flags(ca_bundle, netrc)
+    problems = cache_problems("--cache-from", cache_from) + cache_problems("--cache-to", cache_to)
+    if not out.strip() or Path(out).is_dir():
+        problems.append(Problem("--out", f"{out!r} is not a file name", "a file to write, e.g. docker-bake.json"))
+    if problems:
+        raise InputError(problems)
+    plans = _plans(project, cells, mirror, secrets, base_registry, resolve_bases=False)
+    for plan in plans:
+        for note in (*plan.mirror.notes, *plan.notes):
+            print(f"note ({plan.cell.slug}): {note}")
+    document = bake_document(
+        plans, cache_from=[cache_from] if cache_from else [], cache_to=[cache_to] if cache_to else []
+    )
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(render_bake(document))
+    print(f"{out}: {len(plans)} target(s); from here, `docker buildx bake --file {shlex.quote(out)}` builds them")
 
 
 def _plans(
@@ -629,5 +713,5 @@ workflows = Collection("workflows")
 workflows.add_task(workflows_write, name="write", default=True)
 workflows.add_task(workflows_changes, name="changes")
 namespace = Collection(
-    matrix, render, build, repro, lock, base, bases, test, push, smoke, bench, doctor, check, ci, workflows
+    matrix, render, build, bake, repro, lock, base, bases, test, push, smoke, bench, doctor, check, ci, workflows
 )

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import collections
 import itertools
+import json
 import logging
+import re
 import sys
 import textwrap
 import time
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from dlimages.advice import Attempt, Diagnosis, Remedies, diagnose
+from dlimages.bake import bake_argv, bake_document, image_ids, render_bake, target_name
 from dlimages.buildplan import BuildPlan
 from dlimages.cells import Cell
 from dlimages.progress import BuildProgress, ProgressDisplay
@@ -140,6 +143,146 @@ def run_builds(
             if not keep_going:
                 break
     return results
+
+
+def run_bake(
+    plans: Sequence[BuildPlan],
+    root: Path,
+    workdir: Path,
+    out: TextIO = sys.stdout,
+    runner: Runner = DEFAULT,
+    *,
+    remedies: Remedies | None = None,
+    cache_from: Sequence[str] = (),
+    cache_to: Sequence[str] = (),
+    no_cache: bool = False,
+) -> list[BuildResult]:
+    """Build `plans` at once with `docker buildx bake` (BuildKit runs their steps in parallel), then tag each cell
+    whose image ID bake's metadata file gives: the targets carry no tags, so a failed cell tags nothing, as with
+    `run_build`. When bake fails, BuildKit stops every target still running: the cell its error names (every cell
+    when none is named) gets the advice from the output, the others say they were stopped. Each result's duration
+    is the whole bake's."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    bake_file, metadata_file = workdir / "bake.json", workdir / "bake-metadata.json"
+    bake_file.write_text(render_bake(bake_document(plans, tags=False, cache_from=cache_from, cache_to=cache_to)))
+    metadata_file.unlink(missing_ok=True)
+    tail: collections.deque[str] = collections.deque(maxlen=2000)
+    names = ", ".join(plan.cell.slug for plan in plans)
+    display = ProgressDisplay(BuildProgress(f"bake {names}"), out)
+
+    def show(line: str) -> None:
+        display.feed(line, echo=True)
+        tail.append(line)
+
+    start = time.monotonic()
+    argv = bake_argv(str(bake_file), str(metadata_file), no_cache=no_cache)
+    try:
+        with display.ticking():
+            code = runner.stream(argv, show, cwd=root)
+    except KeyboardInterrupt:
+        display.finish("interrupted")
+        raise
+    display.finish(None if code == 0 else f"failed (exit {code})")
+    seconds = time.monotonic() - start
+    try:
+        metadata = json.loads(metadata_file.read_text()) if metadata_file.is_file() else {}
+    except (OSError, ValueError):
+        metadata = {}
+    ids = image_ids(metadata if isinstance(metadata, dict) else {}, plans)
+    blamed = _failed_targets(list(tail), plans) if code != 0 else set()
+    results = []
+    for plan in plans:
+        image_id = ids.get(plan.cell.slug)
+        if image_id is None or plan.cell.slug in blamed:
+            if plan.cell.slug in blamed or not blamed:
+                diagnosis = diagnose(_lines_of(list(tail), plan), attempt_of(plan), remedies)
+                results.append(BuildResult(plan.cell, False, seconds, error=diagnosis.advice, diagnosis=diagnosis))
+            else:
+                stopped = "stopped: bake ends every build when one fails (" + ", ".join(sorted(blamed)) + ")"
+                results.append(BuildResult(plan.cell, False, seconds, error=stopped))
+            continue
+        results.append(_tagged(plan, image_id, seconds, runner))
+    return results
+
+
+def run_bakes(
+    plans: Sequence[BuildPlan],
+    root: Path,
+    workdir: Path,
+    *,
+    jobs: int,
+    keep_going: bool,
+    out: TextIO = sys.stdout,
+    runner: Runner = DEFAULT,
+    remedies: Remedies | None = None,
+    cache_from: Sequence[str] = (),
+    cache_to: Sequence[str] = (),
+) -> list[BuildResult]:
+    """`invoke build --jobs N`: the plans in bakes of `jobs` cells each, one bake after the other (bake itself has
+    no limit on how many targets run at once); after a bake with a failed cell, only with `keep_going`."""
+    results: list[BuildResult] = []
+    for first in range(0, len(plans), jobs):
+        batch = plans[first : first + jobs]
+        log.info("\n=== baking %s", ", ".join(f"{p.cell.image}:{p.cell.immutable_tag}" for p in batch))
+        for plan in batch:
+            for note in (*plan.mirror.notes, *plan.notes):
+                log.info("note (%s): %s", plan.cell.slug, note)
+        done = run_bake(batch, root, workdir, out, runner, remedies=remedies, cache_from=cache_from, cache_to=cache_to)
+        results += done
+        for result in done:
+            if not result.ok:
+                log.error("FAILED %s: %s", result.cell.slug, result.summary)
+        if not keep_going and not all(result.ok for result in done):
+            break
+    return results
+
+
+def builder_driver(runner: Runner = DEFAULT) -> str:
+    """The driver of the current buildx builder (docker, docker-container, remote, kubernetes; "" if unknown)."""
+    done = runner.docker("buildx", "inspect", timeout=30)
+    found = re.search(r"^Driver:\s*(\S+)", done.out, re.MULTILINE) if done.ok else None
+    return found.group(1) if found else ""
+
+
+def _tagged(plan: BuildPlan, image_id: str, seconds: float, runner: Runner) -> BuildResult:
+    """Apply a built cell's tags, as run_build does after a build that succeeded."""
+    for command in plan.tag_commands(image_id):
+        tagged = runner(command)
+        if not tagged.ok:
+            return BuildResult(plan.cell, False, seconds, image_id, error=f"tagging failed: {tagged.err.strip()}")
+    size = runner.docker("image", "inspect", "--format", "{{.Size}}", image_id)
+    return BuildResult(plan.cell, True, seconds, image_id, int(size.out.strip() or 0) if size.ok else None)
+
+
+def _failed_targets(output: Sequence[str], plans: Sequence[BuildPlan]) -> set[str]:
+    """The cells bake's output says failed, by slug: a step `#N [NAME 2/9] ...` followed by `#N ERROR: ...`
+    (buildx 0.13), or `ERROR: target NAME: failed to solve` (later buildx)."""
+    by_target = {target_name(plan): plan.cell.slug for plan in plans}
+    step_target: dict[str, str] = {}
+    failed: set[str] = set()
+    for line in output:
+        if header := re.match(r"#(\d+) \[([A-Za-z0-9_-]+)[ \]]", line):
+            step_target[header.group(1)] = header.group(2)
+        elif error := re.match(r"#(\d+) ERROR", line):
+            failed.add(step_target.get(error.group(1), ""))
+        elif named := re.match(r"ERROR: target ([A-Za-z0-9_-]+):", line):
+            failed.add(named.group(1))
+    return {by_target[name] for name in failed if name in by_target}
+
+
+def _lines_of(output: Sequence[str], plan: BuildPlan) -> list[str]:
+    """The output lines of one target: BuildKit names it in each step (`#9 [NAME 4/9] RUN ...`), and the step's log
+    lines carry that step's number; the lines naming no target (the final ERROR) are kept too."""
+    name = target_name(plan)
+    mine: set[str] = set()
+    kept = []
+    for line in output:
+        step = re.match(r"#(\d+) ", line)
+        if step and f"[{name} " in line:
+            mine.add(step.group(1))
+        if step is None or step.group(1) in mine or f"[{name} " in line:
+            kept.append(line)
+    return kept
 
 
 def unbuilt(results: Sequence[BuildResult], planned: Sequence[Cell]) -> list[Cell]:
