@@ -26,7 +26,10 @@ readonly DOCKERD_PIDFILE=/var/run/docker.pid
 readonly TRIXIE_SOURCES=/etc/apt/sources.list.d/dlimages-trixie.sources
 readonly TRIXIE_PIN=/etc/apt/preferences.d/dlimages-trixie
 # bookworm ships no buildx; trixie's is a static Go binary that depends on libc6 only.
-readonly PACKAGES=(containerd runc iptables tini skopeo mmdebstrap docker-registry apache2-utils openssl)
+# chromium, chromium-driver: the image tests' browser (tests/image/test_browser.py); fonts-dejavu-core: text in its
+# screenshots (installed without recommends, Chromium brings no font of its own).
+readonly PACKAGES=(containerd runc iptables tini skopeo mmdebstrap docker-registry apache2-utils openssl
+    chromium chromium-driver fonts-dejavu-core)
 readonly DOCKER_VERSION=26.1.5+dfsg1-9+deb13u1+b1
 readonly ENGINE_PACKAGES=("docker.io=$DOCKER_VERSION" "docker-cli=$DOCKER_VERSION" docker-buildx)
 # The oldest engine whose BuildKit honours SOURCE_DATE_EPOCH (BuildKit 0.11 came with Docker 23.0).

@@ -213,7 +213,9 @@ def _build() -> dict[str, Any]:
 
 
 def _image_tests() -> dict[str, Any]:
-    return {"name": "image tests", "run": "invoke test --no-engine-setup"}
+    # The browser test drives Debian's chromium and chromedriver (scripts/engine.sh installs them); Ubuntu's
+    # runners have chromium only as a snap, so there it is skipped, said in the test report, never passed.
+    return {"name": "image tests", "env": {"DLIMAGES_NO_BROWSER": "1"}, "run": "invoke test --no-engine-setup"}
 
 
 _ISOLATE_SH = """\

@@ -14,6 +14,7 @@ import shlex
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +31,8 @@ EXEC_TIMEOUT_S = 120  # the slowest exec imports a framework and every package o
 DOCKER_TIMEOUT_S = 120  # `docker run`/`rm`/`inspect` on a busy engine
 CELL_FILE = "/etc/dlimages/cell.json"
 LABEL_PREFIX = "io.dlimages."
+ARTIFACTS_ENV = "DLIMAGES_TEST_ARTIFACTS"
+ARTIFACTS_DEFAULT = ".work/test-artifacts"  # under the rootdir; .work/ is git-ignored
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,6 +42,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         metavar="REF",
         help=f"a built image to test, e.g. lab/pytorch-universal-dev:v1.0-...; repeatable (or ${IMAGES_ENV})",
+    )
+    parser.addoption(
+        "--artifacts-dir",
+        default=None,
+        metavar="DIR",
+        help=f"where tests save what a person looks at afterwards (screenshots); default ${ARTIFACTS_ENV}, "
+        f"else {ARTIFACTS_DEFAULT}/ under the rootdir",
     )
 
 
@@ -221,3 +231,12 @@ def cell(container: Container) -> dict[str, Any]:
     data = json.loads(text)
     assert isinstance(data, dict), f"{CELL_FILE} is not a JSON object"
     return data
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir(request: pytest.FixtureRequest) -> Path:
+    """--artifacts-dir, else $DLIMAGES_TEST_ARTIFACTS, else .work/test-artifacts under the rootdir; created."""
+    chosen = request.config.getoption("--artifacts-dir") or os.environ.get(ARTIFACTS_ENV, "").strip()
+    path = Path(chosen) if chosen else request.config.rootpath / ARTIFACTS_DEFAULT
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
