@@ -23,6 +23,7 @@ from invoke.exceptions import Exit
 
 from dlimages import baselock, basesource, inimage
 from dlimages import ci as ci_plan
+from dlimages import disk as data_disk
 from dlimages import doctor as node_doctor
 from dlimages import lock as lock_files
 from dlimages import repro as reproducibility
@@ -86,6 +87,18 @@ def _engine(no_engine_setup: bool, *, buildx: bool = True) -> None:
         ensure_engine(_project().root, RUNNER, setup=setup_allowed(no_engine_setup), on_line=_print_line, buildx=buildx)
     except EngineUnavailable as error:
         raise Exit(f"error: {error}", code=1) from None
+
+
+def _warn_if_short_of_disk(builds: int) -> None:
+    """Say so before a long build that the data root may fill up (cached layers need less, so only a warning)."""
+    root = data_disk.data_root(RUNNER)
+    warning = data_disk.shortfall(root, data_disk.build_need(builds), reclaimed=False) if root else None
+    if warning:
+        print(
+            f"warning: {warning} (a cold build of one cell peaks at about {data_disk.gb(data_disk.COLD_BUILD_PEAK)}, "
+            "layers already in the cache need less)",
+            flush=True,
+        )
 
 
 def _make_local_bases(c: Context, images: list[str]) -> None:
@@ -198,6 +211,7 @@ def build(
         raise Exit(refused, code=2)
     plans = _plans(project, cells, mirror, secrets, base_registry)
     _make_local_bases(c, local_bases(plans))
+    _warn_if_short_of_disk(len(plans))
     try:
         remedies = Remedies.from_matrix(project.matrix, project.expansion.cells)
         if jobs > 1:
@@ -647,12 +661,47 @@ def doctor(
     print(json.dumps(rows, indent=2) if json_ else node_doctor.format_report(rows, node))
 
 
+@task(
+    help={
+        "reclaim": "give back BuildKit's cache, dangling images and leaked layers (tagged images are kept)",
+        "need": "exit 1 unless at least this many GB are free on the data root (after --reclaim)",
+        **ENGINE_HELP,
+    }
+)
+@reports_input_errors
+def disk(c: Context, reclaim: bool = False, need: int = 0, no_engine_setup: bool = False) -> None:
+    """What the engine holds on its data root, what is free, and the layers it lost track of (--reclaim frees them)."""
+    if need < 0:
+        raise InputError([Problem("--need", f"{need} is not a size", "0 or more GB")])
+    _engine(no_engine_setup, buildx=False)
+    root = data_disk.data_root(RUNNER)
+    if root is None:
+        raise Exit("error: the Docker engine did not say where it keeps its data (`docker info` failed)", code=1)
+    if reclaim:
+        done = data_disk.reclaim(RUNNER, root)
+        for what, size in done.steps:
+            print(f"reclaimed {data_disk.gb(size)}: {what}")
+        for failure in done.failures:
+            print(f"warning: {failure}")
+    print("\n".join(data_disk.usage(RUNNER, root).describe()))
+    shortfall = data_disk.shortfall(root, need * data_disk.GB, reclaimed=reclaim)
+    if shortfall:
+        raise Exit(f"error: {shortfall}", code=1)
+
+
 @task
 def check(c: Context) -> None:
     """The gating checks: every linter (pre-commit), the render check, the unit and GPU tests."""
     for step in ci_plan.checks(_project().root, sys.executable):
         print(f"\n##### {step.name}: {step.command}", flush=True)
         c.run(step.command, pty=False)
+
+
+def _print_free_space(after: str) -> None:
+    """One line per CI step, so that a run's disk use can be read from its log."""
+    root = data_disk.data_root(RUNNER)
+    if root is not None and root.local:
+        print(f"##### disk after {after}: {data_disk.gb(root.free_bytes)} free on {root.path}", flush=True)
 
 
 @task
@@ -666,10 +715,12 @@ def ci(c: Context) -> None:
             start = time.monotonic()
             c.run(step.command, pty=False)
             timings.append((step.name, time.monotonic() - start))
+            _print_free_space(step.name)
     finally:
         for step in ci_plan.cleanup(root):
             c.run(step.command, warn=True, hide=True)
         print("\n" + "\n".join(f"{name:>40}: {seconds:7.1f} s" for name, seconds in timings), flush=True)
+    _print_free_space("cleanup")
     # Last, so that pytest's closing line is the run's verdict (GPU tests: skipped without a GPU, never passed).
     c.run(ci_plan.image_tests(root, sys.executable, Ledger(root).built_refs()).command, pty=False)
 
@@ -713,5 +764,5 @@ workflows = Collection("workflows")
 workflows.add_task(workflows_write, name="write", default=True)
 workflows.add_task(workflows_changes, name="changes")
 namespace = Collection(
-    matrix, render, build, bake, repro, lock, base, bases, test, push, smoke, bench, doctor, check, ci, workflows
+    matrix, render, build, bake, repro, lock, base, bases, test, push, smoke, bench, doctor, disk, check, ci, workflows
 )

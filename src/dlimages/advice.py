@@ -281,7 +281,9 @@ def _disk(output: Sequence[str]) -> Diagnosis | None:
     return Diagnosis(
         "disk",
         "disk full",
-        "The disk is full: free space (`docker builder prune`, `docker image prune`) and rerun.",
+        "The disk is full: `invoke disk` shows what the engine holds on its data root, `invoke disk --reclaim` gives "
+        "back its build cache and the layers it lost track of (parallel builds leak them, moby/moby#46136); then "
+        "rerun.",
         evidence=evidence,
     )
 

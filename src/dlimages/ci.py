@@ -21,6 +21,9 @@ REPRO = (
     "--cuda 12.1 --torch 2.1 --python 3.11 --mirror none "
     "--against lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"
 )
+# Free space `invoke ci` needs on the Docker data root once it has given back what it can (`invoke disk --reclaim`):
+# the largest drop measured over a whole run from an empty cache (docs/measurements.md), with room to spare.
+DISK_NEED_GB = 40
 REGISTRY_PORT = 5055
 REGISTRY_NAME = "ci"
 REPORT = ".work/build-report.json"
@@ -53,10 +56,12 @@ def checks(root: Path, python: str) -> list[Step]:
 
 
 def end_to_end(root: Path) -> list[Step]:
-    """Engine, checks, real builds of the CI cells, a local registry and the push to it."""
+    """Engine, disk (what the last runs left is given back; too little free space stops here, not mid-build),
+    checks, real builds of the CI cells, a local registry and the push to it."""
     registry = f"127.0.0.1:{REGISTRY_PORT}"
     return [
         Step("engine", f"bash {_q(root / 'scripts/engine.sh')}"),
+        Step("disk", f"invoke disk --reclaim --need {DISK_NEED_GB}"),
         Step("checks", "invoke check"),
         *(Step(f"build {flags}", f"invoke build {flags}") for flags in BUILDS),
         Step("repro (PyTorch cell)", f"invoke repro {REPRO}"),

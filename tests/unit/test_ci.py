@@ -35,9 +35,12 @@ def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() 
     checks = [step.name for step in ci.checks(root, "python3")]
     assert checks == ["lint", "render check", "lock check", "workflow check", "unit and GPU tests"]
     steps = [step.command for step in ci.end_to_end(root)]
+    # Space is made and checked before anything is built: a full disk stops the run with a message, not mid-push.
+    disk = steps.index(f"invoke disk --reclaim --need {ci.DISK_NEED_GB}")
+    assert steps[disk - 1].endswith("scripts/engine.sh") and ci.DISK_NEED_GB > 0
     builds = [i for i, command in enumerate(steps) if command.startswith("invoke build ")]
     push = next(i for i, command in enumerate(steps) if command.startswith("invoke push "))
-    assert len(builds) == len(ci.BUILDS) and max(builds) < push
+    assert len(builds) == len(ci.BUILDS) and disk < min(builds) and max(builds) < push
     # The proof of reproducibility rebuilds the PyTorch cell cold and compares it with the image CI built first.
     [repro] = [i for i, command in enumerate(steps) if command.startswith("invoke repro ")]
     assert max(builds) < repro and "--against lab/pytorch-universal-dev:" in steps[repro]

@@ -1,0 +1,206 @@
+"""disk.py without Docker: leaked layers found from a data root laid out the way Docker 26's overlay2 driver lays it
+out (layerdb, BuildKit's bolt files, overlay2/l links), what may never be called leaked, and the messages.
+The real engine's leak (parallel builds, moby/moby#46136) is measured in docs/measurements.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlimages import disk
+from dlimages.runner import Runner
+
+OLD = 1_000_000.0  # every folder's mtime in these tests
+NOW = OLD + disk.MIN_AGE_S + 1
+
+
+class DataRootFixture:
+    """A data root under tmp_path: overlay2 folders with diff/, link and lower, and the records that name them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.overlay = root / "overlay2"
+        (self.overlay / disk.LINKS).mkdir(parents=True)
+        (root / "image" / "overlay2" / "layerdb" / "sha256").mkdir(parents=True)
+        (root / "image" / "overlay2" / "layerdb" / "mounts").mkdir(parents=True)
+        (root / "buildkit").mkdir()
+        self.links: dict[str, str] = {}
+
+    def folder(self, name: str, *, size: int = 4096, lowers: tuple[str, ...] = (), mtime: float = OLD) -> None:
+        folder = self.overlay / name
+        (folder / "diff").mkdir(parents=True)
+        (folder / "diff" / "payload").write_bytes(b"x" * size)
+        link = f"L{len(self.links):07d}"
+        (folder / "link").write_text(link)
+        self.links[name] = link
+        (self.overlay / disk.LINKS / link).symlink_to(f"../{name}/diff")
+        if lowers:
+            (folder / "lower").write_text(":".join(f"l/{self.links[lower]}" for lower in lowers))
+        for path in (folder / "diff" / "payload", folder / "diff", folder / "link", folder):
+            if path.exists():
+                os.utime(path, (mtime, mtime))
+        if lowers:
+            os.utime(folder / "lower", (mtime, mtime))
+            os.utime(folder, (mtime, mtime))
+
+    def image_layer(self, name: str) -> None:
+        record = self.root / "image/overlay2/layerdb/sha256" / f"chain{name}"
+        record.mkdir()
+        (record / "cache-id").write_text(name)  # no newline, as Docker writes it
+
+    def container(self, mount: str, init: str) -> None:
+        record = self.root / "image/overlay2/layerdb/mounts" / f"c{mount}"
+        record.mkdir()
+        (record / "mount-id").write_text(mount)
+        (record / "init-id").write_text(init)
+
+    def buildkit_snapshot(self, name: str) -> None:
+        with (self.root / "buildkit" / "snapshots.db").open("ab") as db:
+            db.write(b"\x00\x01bucket\x00" + name.encode() + b"\x00")
+
+    def names(self, leaks: list[disk.Leak]) -> list[str]:
+        return sorted(leak.name for leak in leaks)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> DataRootFixture:
+    return DataRootFixture(tmp_path / "docker")
+
+
+def test_a_folder_no_record_names_is_leaked_and_the_rest_is_kept(root: DataRootFixture) -> None:
+    root.folder("imagelayer0")
+    root.image_layer("imagelayer0")
+    root.folder("containerrw0")
+    root.folder("containerrw0-init")
+    root.container("containerrw0", "containerrw0-init")
+    root.folder("buildkitsnap")
+    root.buildkit_snapshot("buildkitsnap")
+    root.folder("leakedbig000", size=3 * 4096)
+    root.folder("leakedsmall0")
+    leaks = disk.leaked_layers(root.root, now=NOW)
+    assert root.names(leaks) == ["leakedbig000", "leakedsmall0"]
+    assert leaks[0].name == "leakedbig000"  # largest first
+    assert leaks[0].size >= 3 * 4096
+    assert leaks[0].link == root.links["leakedbig000"]
+
+
+def test_the_lower_layers_of_a_kept_folder_are_kept_too(root: DataRootFixture) -> None:
+    """A BuildKit snapshot built on another snapshot names its parent only through overlay2's `lower` file."""
+    root.folder("grandparent0")
+    root.folder("parent000000", lowers=("grandparent0",))
+    root.folder("child0000000", lowers=("parent000000", "grandparent0"))
+    root.buildkit_snapshot("child0000000")
+    root.folder("orphan000000", lowers=("grandparent0",))  # its lower is kept for the child, not for it
+    assert root.names(disk.leaked_layers(root.root, now=NOW)) == ["orphan000000"]
+
+
+def test_a_young_folder_is_never_called_leaked(root: DataRootFixture) -> None:
+    """A build that just started may not have written its record yet."""
+    root.folder("justmade0000", mtime=NOW - 60)
+    root.folder("oldorphan000")
+    assert root.names(disk.leaked_layers(root.root, now=NOW)) == ["oldorphan000"]
+    assert root.names(disk.leaked_layers(root.root, now=NOW, min_age_s=0)) == ["justmade0000", "oldorphan000"]
+
+
+def test_no_overlay2_folder_means_nothing_leaked(tmp_path: Path) -> None:
+    assert disk.leaked_layers(tmp_path / "nothing-here", now=NOW) == []
+
+
+def test_remove_leaked_deletes_the_folder_and_its_link_and_nothing_else(root: DataRootFixture) -> None:
+    root.folder("imagelayer0")
+    root.image_layer("imagelayer0")
+    root.folder("leaked000000", size=8192)
+    leaks = disk.leaked_layers(root.root, now=NOW)
+    disk.remove_leaked(root.root, leaks)
+    assert not (root.overlay / "leaked000000").exists()
+    assert not (root.overlay / disk.LINKS / root.links["leaked000000"]).is_symlink()
+    assert (root.overlay / "imagelayer0" / "diff" / "payload").exists()
+    assert (root.overlay / disk.LINKS / root.links["imagelayer0"]).is_symlink()
+    assert disk.leaked_layers(root.root, now=NOW) == []
+
+
+@pytest.mark.parametrize("name", ["", "l", "..", "../outside"])
+def test_remove_leaked_refuses_anything_but_a_layer_folder(root: DataRootFixture, name: str) -> None:
+    with pytest.raises(ValueError, match="not a layer folder"):
+        disk.remove_leaked(root.root, [disk.Leak(name, 0, None)])
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("11.78GB", 11_780_000_000), ("935.6MB", 935_600_000), ("0B", 0), ("12kB", 12_000), ("n/a", 0), ("", 0)],
+)
+def test_docker_sizes_in_bytes(text: str, size: int) -> None:
+    assert disk._size(text) == size
+
+
+class FakeEngine:
+    """`docker info` and `docker system df` as Docker 26 prints them with --format."""
+
+    def __init__(self, root: Path, *, info_ok: bool = True) -> None:
+        self.root, self.info_ok = root, info_ok
+
+    def __call__(self, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        if argv[1] == "info":
+            out = f'{json.dumps(str(self.root))} "overlay2"\n' if self.info_ok else ""
+            return subprocess.CompletedProcess(argv, 0 if self.info_ok else 1, out, "")
+        if argv[1:3] == ["system", "df"]:
+            rows = [
+                {"Type": "Images", "Size": "11.78GB", "Reclaimable": "11.78GB (100%)"},
+                {"Type": "Build Cache", "Size": "935.6MB", "Reclaimable": "935.6MB"},
+            ]
+            return subprocess.CompletedProcess(argv, 0, "\n".join(map(json.dumps, rows)), "")
+        return subprocess.CompletedProcess(argv, 1, "", f"unexpected {argv}")
+
+
+def test_usage_reads_the_engine_counts_and_the_leaks(root: DataRootFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    root.folder("leaked000000")
+    runner = Runner(FakeEngine(root.root))
+    data_root = disk.data_root(runner)
+    assert data_root == disk.DataRoot(root.root, "overlay2", local=True)
+    usage = disk.usage(runner, data_root, now=NOW)
+    assert (usage.images, usage.build_cache, usage.build_cache_reclaimable) == (
+        11_780_000_000,
+        935_600_000,
+        935_600_000,
+    )
+    assert [leak.name for leak in usage.leaked] == ["leaked000000"]
+    text = "\n".join(usage.describe())
+    assert f"data root: {root.root} (overlay2)" in text
+    assert "leaked layers: 0.0 GB in 1 folder(s)" in text
+
+
+def test_a_remote_engine_is_counted_but_never_touched(root: DataRootFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.5:2376")
+    root.folder("leaked000000")
+    runner = Runner(FakeEngine(root.root))
+    data_root = disk.data_root(runner)
+    assert data_root is not None and not data_root.local
+    usage = disk.usage(runner, data_root, now=NOW)
+    assert usage.leaked == ()
+    assert "on another machine" in usage.describe()[0]
+    assert disk.shortfall(data_root, 10**15, reclaimed=False) is None  # cannot be measured here: no verdict
+    assert not any("leaked" in what for what, _ in disk.reclaim(runner, data_root, now=NOW).steps)
+    assert (root.overlay / "leaked000000").exists()
+
+
+def test_no_engine_no_data_root(tmp_path: Path) -> None:
+    assert disk.data_root(Runner(FakeEngine(tmp_path, info_ok=False))) is None
+
+
+def test_shortfall_says_how_much_and_what_to_do(root: DataRootFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    data_root = disk.DataRoot(root.root, "overlay2", local=True)
+    assert disk.shortfall(data_root, 0, reclaimed=False) is None
+    assert disk.shortfall(data_root, 1, reclaimed=False) is None
+    before = disk.shortfall(data_root, 10**15, reclaimed=False)
+    assert before is not None
+    assert f"on the Docker data root {root.root}, 1000000.0 GB needed" in before
+    assert "`invoke disk --reclaim`" in before
+    after = disk.shortfall(data_root, 10**15, reclaimed=True)
+    assert after is not None and "docker image rm" in after and "--reclaim`" not in after
