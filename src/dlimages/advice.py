@@ -103,7 +103,7 @@ def diagnose(output: Sequence[str], attempt: Attempt | None = None, remedies: Re
     """What the output of a failed build says went wrong, and the way out."""
     attempt = attempt or Attempt()
     remedies = remedies or Remedies()
-    for finder in (_engine, _disk):
+    for finder in (_engine, _disk, _lost_layer):
         found = finder(output)
         if found is not None:
             return found
@@ -285,6 +285,26 @@ def _disk(output: Sequence[str]) -> Diagnosis | None:
         "back its build cache and the layers it lost track of (parallel builds leak them, moby/moby#46136); then "
         "rerun.",
         evidence=evidence,
+    )
+
+
+_LOST_LAYER = re.compile(r"failed to prepare sha256:[0-9a-f]+ as \S+: open \S*/\.tmp-committed\d*: no such file")
+
+
+def _lost_layer(output: Sequence[str]) -> Diagnosis | None:
+    """The engine's builder still maps a layer to an overlay2 folder that is gone (a removed image or a deleted
+    folder): only a restart of dockerd makes it read the layer store again (moby/buildkit#5469; seen here after
+    `docker image rm` of a cell and a rebuild that made the same layers, 2026-11-30)."""
+    if not any(_LOST_LAYER.search(line) for line in output):
+        return None
+    return Diagnosis(
+        "engine",
+        "engine lost a layer",
+        "The engine's builder holds a layer whose folder is gone (moby/buildkit#5469), so every build on that layer "
+        "fails the same way until dockerd restarts: `systemctl restart docker`, or, for the engine "
+        f"`{ENGINE_SCRIPT}` started, `pkill dockerd` and then `bash {ENGINE_SCRIPT}`; then rerun. Images and the build "
+        "cache are kept.",
+        evidence=_evidence(output, ".tmp-committed"),
     )
 
 

@@ -1194,6 +1194,22 @@ def test_a_full_disk() -> None:
     assert found.evidence == "dd: error writing '/t/x': No space left on device"
 
 
+LOST_LAYER = """\
+#5 [2/2] RUN true
+#5 ERROR: failed to prepare sha256:2be6d7e8d6a80a56e896015280e127b66b124093811bf8a1e37fcc7089b1fbe5 as ybj7s0ioq7x428wkk8frcdwil: open /var/lib/docker/overlay2/cjwgvwtdawp2of18597ilampr/.tmp-committed1085405830: no such file or directory
+------
+ERROR: failed to solve: failed to prepare sha256:2be6d7e8d6a80a56e896015280e127b66b124093811bf8a1e37fcc7089b1fbe5 as ybj7s0ioq7x428wkk8frcdwil: open /var/lib/docker/overlay2/cjwgvwtdawp2of18597ilampr/.tmp-committed1085405830: no such file or directory
+"""  # noqa: E501
+
+
+def test_a_layer_the_engine_lost_says_to_restart_dockerd() -> None:
+    """Seen in a CI run here after a cell's image was removed and rebuilt to the same layers (moby/buildkit#5469)."""
+    found = diagnose(lines(LOST_LAYER))
+    assert (found.kind, found.summary) == ("engine", "engine lost a layer")
+    assert "until dockerd restarts" in found.advice and "moby/buildkit#5469" in found.advice
+    assert found.evidence is not None and ".tmp-committed" in found.evidence
+
+
 def test_a_version_missing_from_a_reachable_index_is_a_pin_problem(ci: Cell) -> None:
     found = diagnose(lines(PIN_MISSING), Attempt(ci))
     assert found.kind == "pin" and "does not exist on the index" in found.advice
