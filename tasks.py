@@ -663,7 +663,8 @@ def doctor(
 
 @task(
     help={
-        "reclaim": "give back BuildKit's cache, dangling images and leaked layers (tagged images are kept)",
+        "reclaim": "give back leaked layers, dangling images and BuildKit's cache (tagged images are kept); with "
+        "--need, only until that much is free",
         "need": "exit 1 unless at least this many GB are free on the data root (after --reclaim)",
         **ENGINE_HELP,
     }
@@ -678,9 +679,12 @@ def disk(c: Context, reclaim: bool = False, need: int = 0, no_engine_setup: bool
     if root is None:
         raise Exit("error: the Docker engine did not say where it keeps its data (`docker info` failed)", code=1)
     if reclaim:
-        done = data_disk.reclaim(RUNNER, root)
+        done = data_disk.reclaim(RUNNER, root, need=need * data_disk.GB)
         for what, size in done.steps:
             print(f"reclaimed {data_disk.gb(size)}: {what}")
+        print(f"reclaimed {data_disk.gb(done.total)} in all")
+        for what in done.kept:
+            print(f"kept the {what}")
         for failure in done.failures:
             print(f"warning: {failure}")
     print("\n".join(data_disk.usage(RUNNER, root).describe()))

@@ -21,8 +21,9 @@ REPRO = (
     "--cuda 12.1 --torch 2.1 --python 3.11 --mirror none "
     "--against lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"
 )
-# Free space `invoke ci` needs on the Docker data root once it has given back what it can (`invoke disk --reclaim`):
-# the largest drop measured over a whole run from an empty cache (docs/measurements.md), with room to spare.
+# Free space `invoke ci` needs on the Docker data root, after `invoke disk --reclaim` gave back what it takes (the
+# build cache only when needed): the largest drop measured over a whole run from an empty build cache was 24 GB
+# (docs/measurements.md); the rest is room for image tests whose layers are not cached.
 DISK_NEED_GB = 40
 REGISTRY_PORT = 5055
 REGISTRY_NAME = "ci"

@@ -76,11 +76,6 @@ class Usage:
     def leaked_bytes(self) -> int:
         return sum(leak.size for leak in self.leaked)
 
-    @property
-    def reclaimable(self) -> int:
-        """What `invoke disk --reclaim` can give back: the build cache and the leaked layers (images are kept)."""
-        return self.build_cache_reclaimable + self.leaked_bytes
-
     def describe(self) -> list[str]:
         lines = [
             f"data root: {self.root.path} ({self.root.driver}"
@@ -278,28 +273,40 @@ PRUNE_DANGLING = ("image", "prune", "--force")
 class Reclaimed:
     steps: tuple[tuple[str, int], ...]  # (what, bytes the disk got back, measured with statvfs around the step)
     failures: tuple[str, ...]
+    kept: tuple[str, ...] = ()  # what was not touched because enough was free already
 
     @property
     def total(self) -> int:
         return sum(size for _, size in self.steps)
 
 
-def reclaim(runner: Runner, root: DataRoot, *, now: float | None = None) -> Reclaimed:
-    """Give back what can be remade: BuildKit's whole cache, dangling images, then the leaked layers (found after the
-    cache is gone, so that BuildKit's records name only what is in use). Tagged images and containers are kept."""
+def reclaim(runner: Runner, root: DataRoot, *, need: int = 0, now: float | None = None) -> Reclaimed:
+    """Give back what can be remade, the cheapest loss first, and stop once `need` bytes are free (0: everything):
+    the leaked layers (nothing uses them), dangling images, then BuildKit's whole cache (the next builds are cold)
+    and the layers only that cache held. Tagged images and containers are kept."""
     steps: list[tuple[str, int]] = []
     failures: list[str] = []
-    for what, argv in (("build cache", PRUNE_CACHE), ("dangling images", PRUNE_DANGLING)):
+    kept: list[str] = []
+
+    def remove_leaks(what: str) -> None:
+        if root.local and root.driver == "overlay2":
+            leaks = leaked_layers(root.path, now=now)
+            steps.append((f"{what} ({len(leaks)} folders)", remove_leaked(root.path, leaks)))
+
+    remove_leaks("leaked layers")
+    for what, argv in (("dangling images", PRUNE_DANGLING), ("build cache", PRUNE_CACHE)):
+        if need > 0 and root.local and root.free_bytes >= need:
+            kept.append(f"{what}: {gb(root.free_bytes)} free, {gb(need)} needed")
+            continue
         before = root.free_bytes
         done = runner.docker(*argv, timeout=RECLAIM_TIMEOUT_S)
         if done.ok:
             steps.append((what, max(0, root.free_bytes - before)))
         else:
             failures.append(f"`docker {' '.join(argv)}` failed: {done.last_line}")
-    if root.local and root.driver == "overlay2":
-        leaks = leaked_layers(root.path, now=now)
-        steps.append((f"leaked layers ({len(leaks)} folders)", remove_leaked(root.path, leaks)))
-    return Reclaimed(tuple(steps), tuple(failures))
+        if argv == PRUNE_CACHE:
+            remove_leaks("layers only the build cache held")
+    return Reclaimed(tuple(steps), tuple(failures), tuple(kept))
 
 
 def build_need(builds: int) -> int:

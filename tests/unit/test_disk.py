@@ -143,8 +143,12 @@ class FakeEngine:
 
     def __init__(self, root: Path, *, info_ok: bool = True) -> None:
         self.root, self.info_ok = root, info_ok
+        self.calls: list[list[str]] = []
 
     def __call__(self, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        if argv[2:3] == ["prune"]:
+            return subprocess.CompletedProcess(argv, 0, "Total reclaimed space: 0B\n", "")
         if argv[1] == "info":
             out = f'{json.dumps(str(self.root))} "overlay2"\n' if self.info_ok else ""
             return subprocess.CompletedProcess(argv, 0 if self.info_ok else 1, out, "")
@@ -204,3 +208,38 @@ def test_shortfall_says_how_much_and_what_to_do(root: DataRootFixture, monkeypat
     assert "`invoke disk --reclaim`" in before
     after = disk.shortfall(data_root, 10**15, reclaimed=True)
     assert after is not None and "docker image rm" in after and "--reclaim`" not in after
+
+
+def _prunes(engine: FakeEngine) -> list[str]:
+    return [" ".join(argv[1:3]) for argv in engine.calls if argv[2:3] == ["prune"]]
+
+
+def test_reclaim_with_enough_free_removes_only_the_leaked_layers(
+    root: DataRootFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What nothing uses goes first; the build cache (whose loss makes the next builds cold) stays when not needed."""
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    root.folder("leaked000000")
+    engine = FakeEngine(root.root)
+    done = disk.reclaim(Runner(engine), disk.DataRoot(root.root, "overlay2", local=True), need=1, now=NOW)
+    assert [what for what, _ in done.steps] == ["leaked layers (1 folders)"]
+    assert [what.split(":")[0] for what in done.kept] == ["dangling images", "build cache"]
+    assert _prunes(engine) == []
+    assert not (root.overlay / "leaked000000").exists()
+
+
+@pytest.mark.parametrize("need", [0, 10**15])
+def test_reclaim_short_of_space_goes_on_to_dangling_images_then_the_cache(
+    root: DataRootFixture, monkeypatch: pytest.MonkeyPatch, need: int
+) -> None:
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    engine = FakeEngine(root.root)
+    done = disk.reclaim(Runner(engine), disk.DataRoot(root.root, "overlay2", local=True), need=need, now=NOW)
+    assert _prunes(engine) == ["image prune", "builder prune"]
+    assert [what for what, _ in done.steps] == [
+        "leaked layers (0 folders)",
+        "dangling images",
+        "build cache",
+        "layers only the build cache held (0 folders)",
+    ]
+    assert done.kept == () and done.failures == ()
