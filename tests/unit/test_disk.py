@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -243,3 +244,80 @@ def test_reclaim_short_of_space_goes_on_to_dangling_images_then_the_cache(
         "layers only the build cache held (0 folders)",
     ]
     assert done.kept == () and done.failures == ()
+
+
+# --- BuildKit's bolt files -----------------------------------------------------------------------------------------
+
+PAGE = 4096
+
+
+def leaf(page_id: int, pairs: list[tuple[int, bytes, bytes]]) -> bytes:
+    """A bbolt leaf page: header, one 16-byte element per pair (pos counted from the element), then keys and values."""
+    elements, blob = b"", b""
+    for index, (flags, key, value) in enumerate(pairs):
+        position = 16 + len(pairs) * 16 + len(blob) - (16 + index * 16)
+        elements += struct.pack("<IIII", flags, position, len(key), len(value))
+        blob += key + value
+    return struct.pack("<QHHI", page_id, 0x02, len(pairs), 0) + elements + blob
+
+
+def inline_bucket(pairs: list[tuple[bytes, bytes]]) -> bytes:
+    return struct.pack("<QQ", 0, 0) + leaf(0, [(0, key, value) for key, value in pairs])
+
+
+def bolt_file() -> bytes:
+    """Two metas (the newer, txid 2, points at root page 3; the older at page 5, a stale root), a freelist page, the
+    live root with an inline bucket and a bucket on page 4, and a name that survives only in stale page 5."""
+
+    def meta(page_id: int, root: int, txid: int) -> bytes:
+        body = struct.pack("<IIIIQQQQQQ", 0xED0CDAED, 2, PAGE, 0, root, 0, 2, 6, txid, 0)
+        return struct.pack("<QHHI", page_id, 0x04, 0, 0) + body
+
+    pages = [
+        meta(0, 5, 1),
+        meta(1, 3, 2),
+        struct.pack("<QHHI", 2, 0x10, 0, 0),
+        leaf(
+            3,
+            [
+                (1, b"activesnap00", inline_bucket([(b"chainid", b"sha256:" + b"a" * 64)])),
+                (1, b"meta", struct.pack("<QQ", 4, 0)),
+            ],
+        ),
+        leaf(4, [(0, b"record", b'{"snapshot":"insidevalue0","size":1}')]),
+        leaf(5, [(0, b"stalefolder0", b"")]),
+    ]
+    return b"".join(page.ljust(PAGE, b"\0") for page in pages)
+
+
+def test_bolt_words_reads_the_live_tree_of_the_newest_meta_only() -> None:
+    words = disk.bolt_words(bolt_file())
+    assert words is not None
+    assert {b"activesnap00", b"chainid", b"sha256:" + b"a" * 64, b"meta", b"record"} <= words
+    assert b'{"snapshot":"insidevalue0","size":1}' in words
+    assert b"stalefolder0" not in words
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: b"\0" * len(data),  # not a bolt file
+        lambda data: data[: PAGE * 4],  # the root's bucket points past the end
+        lambda data: data[: PAGE * 3] + b"\xff" * PAGE + data[PAGE * 4 :],  # a torn root page
+    ],
+)
+def test_a_file_this_reader_does_not_understand_gives_none(damage: Any) -> None:
+    assert disk.bolt_words(damage(bolt_file())) is None
+
+
+def test_a_name_only_a_free_page_keeps_is_leaked_one_in_a_live_value_is_kept(root: DataRootFixture) -> None:
+    for name in ("activesnap00", "insidevalue0", "stalefolder0"):
+        root.folder(name)
+    (root.root / "buildkit" / "snapshots.db").write_bytes(bolt_file())
+    assert root.names(disk.leaked_layers(root.root, now=NOW)) == ["stalefolder0"]
+    # A file that does not parse is searched as raw bytes, free pages and all: nothing is called leaked then.
+    torn = bytearray(bolt_file())
+    torn[PAGE * 4 + 8 : PAGE * 4 + 10] = b"\0\0"  # page 4 is neither a branch nor a leaf any more
+    assert disk.bolt_words(bytes(torn)) is None
+    (root.root / "buildkit" / "snapshots.db").write_bytes(bytes(torn))
+    assert disk.leaked_layers(root.root, now=NOW) == []
