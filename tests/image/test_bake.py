@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import require_engine
 
 from dlimages.bake import target_name
 from dlimages.builder import run_bakes
@@ -75,11 +75,7 @@ def tagged(cell: Cell) -> dict[str, str | None]:
 @pytest.fixture(scope="module")
 def cells() -> dict[str, Cell]:
     """The CI cells by their `invoke build` flags; the engine, the base and both images must be there."""
-    if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
-        pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    problem = RUNNER.engine_problem()
-    if problem:
-        pytest.fail(f"{problem}; or set DLIMAGES_NO_DOCKER=1 to skip the image tests", pytrace=False)
+    require_engine()
     project = Project(REPO)
     found = {line: ci_cell(project, line) for line in BUILDS}
     for image in (BASE, *(cell.refs[0] for cell in found.values())):

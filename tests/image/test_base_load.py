@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import tarfile
 import time
 import uuid
@@ -19,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from support import require_engine
 
 from dlimages.imagearchive import DEBIAN_PATH, ImageConfig, write_docker_archive
-from dlimages.runner import DEFAULT as RUNNER
 
 if TYPE_CHECKING:
     from conftest import Docker
@@ -35,11 +34,7 @@ CREATED_BY = "test layer (SOURCE_DATE_EPOCH=1747699200)"
 
 @pytest.fixture(scope="module")
 def engine() -> None:
-    if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
-        pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    problem = RUNNER.engine_problem(buildx=False)
-    if problem:
-        pytest.fail(f"{problem}; or set DLIMAGES_NO_DOCKER=1 to skip the image tests", pytrace=False)
+    require_engine(buildx=False)
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support import free_port, require_engine
 
 from dlimages.project import Project
 from dlimages.runner import DEFAULT as RUNNER
@@ -58,22 +58,11 @@ def invoke(root: Path, env: dict[str, str], *args: str, timeout: float = 1200) -
     )
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def cell_refs() -> tuple[str, ...]:
     """The CI cell's refs (its immutable tag first); the engine, skopeo, the base and the cell's image must be
     there: without them this fails, so a broken CI host is not mistaken for a green one."""
-    if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
-        pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    problem = RUNNER.engine_problem()
-    if problem:
-        pytest.fail(f"{problem}; or set DLIMAGES_NO_DOCKER=1 to skip the image tests", pytrace=False)
+    require_engine()
     if shutil.which("skopeo") is None:
         pytest.fail("skopeo is not installed: `bash scripts/engine.sh` installs it", pytrace=False)
     [cell] = [c for c in Project(REPO).expansion.cells if c.slug == CELL_SLUG]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 import pytest
+from support import free_port, require_engine
 
 from dlimages.baselock import BaseLock, refresh, resolve_digest, skopeo_argv
 from dlimages.basesource import BaseSource, choose
@@ -53,21 +54,10 @@ def docker(*args: str, check: bool = True) -> Result:
     return done
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def engine() -> None:
     """The engine with buildx, and skopeo; fails (not skips) without them unless DLIMAGES_NO_DOCKER=1."""
-    if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
-        pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    problem = RUNNER.engine_problem()
-    if problem:
-        pytest.fail(f"{problem}; or set DLIMAGES_NO_DOCKER=1 to skip the image tests", pytrace=False)
+    require_engine()
     if shutil.which("skopeo") is None:
         pytest.fail("skopeo is not installed: `bash scripts/engine.sh` installs it", pytrace=False)
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import require_engine
 
 from dlimages.basesource import BaseChoice
 from dlimages.builder import run_build, summary_table
@@ -89,11 +90,7 @@ def _ran_the_value(output: str) -> bool:
 
 @pytest.fixture(scope="module")
 def engine() -> None:
-    if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
-        pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    problem = RUNNER.engine_problem()
-    if problem:
-        pytest.fail(f"no usable engine: {problem}", pytrace=False)
+    require_engine()
     if not RUNNER.image_exists(BASE):
         pytest.fail(f"{BASE} is missing: run `invoke base` first", pytrace=False)
 

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
+from support import require_engine
 
 from dlimages.advice import MIRROR_BASES, Remedies
 from dlimages.builder import TABLE_WIDTH, BuildResult, run_build, summary_table
@@ -36,11 +37,7 @@ NOTHING_LISTENS_INDEX = "http://127.0.0.1:9/simple/"  # inside the build contain
 
 @pytest.fixture(scope="module")
 def project() -> Project:
-    if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
-        pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    problem = RUNNER.engine_problem()
-    if problem:
-        pytest.skip(f"no usable Docker engine: {problem}")
+    require_engine()
     if not RUNNER.image_exists(BASE):
         pytest.skip(f"{BASE} is missing (the PyTorch CI cell builds on it): run `invoke base` first")
     return Project(REPO)

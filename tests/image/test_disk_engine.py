@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support import require_engine
 
 from dlimages import disk
 from dlimages.runner import DEFAULT as RUNNER
@@ -30,11 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def root() -> disk.DataRoot:
-    if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
-        pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    problem = RUNNER.engine_problem(buildx=False)
-    if problem:
-        pytest.fail(f"{problem}; or set DLIMAGES_NO_DOCKER=1 to skip the image tests", pytrace=False)
+    require_engine(buildx=False)
     found = disk.data_root(RUNNER)
     assert found is not None
     if not found.local or found.driver != "overlay2":

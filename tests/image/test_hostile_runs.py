@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import require_engine
 
 from dlimages.runner import DEFAULT as RUNNER
 from dlimages.runner import Result
@@ -25,11 +26,7 @@ NEVER_BUILT = f"lab/never-built-{os.getpid()}:v1.0"  # a name nobody built here,
 
 @pytest.fixture(scope="module")
 def engine() -> None:
-    if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
-        pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    problem = RUNNER.engine_problem(buildx=False)
-    if problem:
-        pytest.fail(f"{problem}; or set DLIMAGES_NO_DOCKER=1 to skip the image tests", pytrace=False)
+    require_engine(buildx=False)
 
 
 def invoke(*args: str) -> Result:

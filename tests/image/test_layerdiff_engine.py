@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support import require_engine
 
 from dlimages.layerdiff import CompareError, compare_images
 from dlimages.runner import DEFAULT as RUNNER
@@ -30,11 +31,7 @@ Build = Callable[[str, bytes], str]
 
 @pytest.fixture(scope="module")
 def engine() -> None:
-    if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
-        pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    problem = RUNNER.engine_problem()
-    if problem:
-        pytest.fail(f"{problem}; or set DLIMAGES_NO_DOCKER=1 to skip the image tests", pytrace=False)
+    require_engine()
 
 
 @pytest.fixture

@@ -16,13 +16,13 @@ import os
 import pty
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support import free_port, require_engine
 
 from dlimages.progress import WIDTH
 from dlimages.runner import DEFAULT as RUNNER
@@ -65,21 +65,10 @@ def push_argv(registry: str, report: Path) -> list[str]:
     return [sys.executable, "-m", "invoke", "push", "--registry", registry, "--image", REF, "--report", str(report)]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """REF built here (fresh random bytes: nothing of it is in any registry yet); removed afterwards."""
-    if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
-        pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    problem = RUNNER.engine_problem()
-    if problem:
-        pytest.fail(f"{problem}; or set DLIMAGES_NO_DOCKER=1 to skip the image tests", pytrace=False)
+    require_engine()
     if shutil.which("docker-registry") is None:
         pytest.fail("docker-registry is not installed: `bash scripts/engine.sh` installs it", pytrace=False)
     if RUNNER.image_id(BASE) is None:

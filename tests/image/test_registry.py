@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support import free_port, require_engine
 
 from dlimages.push import PushError, push_image
 from dlimages.references import registry_ref
@@ -54,21 +55,10 @@ def image_id(ref: str) -> str | None:
     return RUNNER.image_id(ref)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A reachable engine with its own client config; fails (not skips) without one unless DLIMAGES_NO_DOCKER=1."""
-    if os.environ.get("DLIMAGES_NO_DOCKER") == "1":
-        pytest.skip("DLIMAGES_NO_DOCKER=1: no Docker engine on this host")
-    problem = RUNNER.engine_problem(buildx=False)
-    if problem:
-        pytest.fail(f"{problem}; or set DLIMAGES_NO_DOCKER=1 to skip the image tests", pytrace=False)
+    require_engine(buildx=False)
     if image_id(BASE) is None:
         pytest.fail(f"{BASE} is missing: build it with scripts/make-base.sh", pytrace=False)
     with pytest.MonkeyPatch.context() as patch:
