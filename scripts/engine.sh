@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Bring up a Docker engine with BuildKit (buildx) on a Debian 12 host, idempotently.
-# If an engine already answers `docker info`, it is used as is and nothing is installed.
 #
-# Usage: scripts/engine.sh [--mirror URL]
-# Tasks that need the engine run this themselves when none answers (`--no-engine-setup` or
-# DLIMAGES_NO_ENGINE_SETUP=1 turns that off); CI runs it first.
-#   --mirror  Debian mirror to install from (default: this host's, read from its apt sources by
-#             dlimages.mirrors, so `pip install -e .` must have run)
+# Usage: scripts/engine.sh [--mirror URL]                  the host's engine (the one `docker` talks to by default)
+#        scripts/engine.sh --own DIR [--mirror URL]        an engine of its own: data root, sockets and log under DIR
+#        scripts/engine.sh --stop-own DIR                  stop that engine and delete DIR
+# Without --own: if an engine already answers `docker info`, it is used as is and nothing is installed. Tasks that
+# need the engine run this themselves when none answers (`--no-engine-setup` or DLIMAGES_NO_ENGINE_SETUP=1 turns that
+# off). Installing packages and starting dockerd need root; a member of the `docker` group needs neither once an
+# engine runs.
+# --own is what `invoke ci` uses: a dockerd on a fresh data root, answering on DIR/docker.sock (group `docker`), so a
+# run never touches the host's engine, images or build cache and leaves nothing behind (`--stop-own` deletes DIR,
+# and only a DIR this script made). It refuses to start beside another dockerd: a second daemon takes over the
+# first one's bridge (docker0) and iptables chains and breaks its builds.
+#   --mirror  Debian mirror to install from (default: this host's, read from its apt sources)
 # Env:   DOCKERD_LOG (default /var/log/dockerd.log), DOCKERD_TIMEOUT (seconds, default 60),
 #        DOCKERD_DATA_ROOT (default /var/lib/docker)
 #
@@ -19,10 +25,13 @@
 # Dockerfiles fix every file time themselves (templates/assets/dl-normalize).
 set -euo pipefail
 
-readonly DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
+DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
 readonly DOCKERD_TIMEOUT="${DOCKERD_TIMEOUT:-60}"
-readonly DOCKERD_DATA_ROOT="${DOCKERD_DATA_ROOT:-/var/lib/docker}"
-readonly DOCKERD_PIDFILE=/var/run/docker.pid
+DOCKERD_DATA_ROOT="${DOCKERD_DATA_ROOT:-/var/lib/docker}"
+DOCKERD_PIDFILE=/var/run/docker.pid
+DOCKERD_FLAGS=()
+# The file --own writes into its DIR: --stop-own deletes only a DIR that holds it.
+readonly OWN_MARK=.dlimages-engine
 readonly TRIXIE_SOURCES=/etc/apt/sources.list.d/dlimages-trixie.sources
 readonly TRIXIE_PIN=/etc/apt/preferences.d/dlimages-trixie
 # bookworm ships no buildx; trixie's is a static Go binary that depends on libc6 only.
@@ -41,8 +50,14 @@ die() { printf 'engine.sh: error: %s\n' "$*" >&2; exit 1; }
 engine_answers() { command -v docker >/dev/null && docker info >/dev/null 2>&1; }
 
 # The host's Debian mirror, read by the package (dlimages.mirrors, the one reader of apt sources) unless given.
+# Outside the project's Python (the script run by hand), the first Debian URI of the apt sources, read here.
 host_debian_mirror() {
-    python3 -c 'from dlimages.mirrors import debian_mirrors; print(debian_mirrors()[0].rstrip("/"))'
+    python3 -c 'from dlimages.mirrors import debian_mirrors; print(debian_mirrors()[0].rstrip("/"))' 2>/dev/null && return
+    local found
+    found="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '$1 == "URIs:" && $2 ~ /\/debian\/?$/ {print $2; exit}')"
+    [[ -n "$found" ]] || found="$(cat /etc/apt/sources.list 2>/dev/null \
+        | awk '$1 == "deb" && $2 ~ /\/debian\/?$/ {print $2; exit}')"
+    [[ -n "$found" ]] && printf '%s\n' "${found%/}"
 }
 
 install_packages() {
@@ -112,7 +127,7 @@ start_dockerd() {
         log "starting dockerd (overlay2, data root $DOCKERD_DATA_ROOT, log $DOCKERD_LOG)"
         # setsid: the daemon must outlive this script and the shell that ran it.
         setsid dockerd --storage-driver=overlay2 --data-root="$DOCKERD_DATA_ROOT" \
-            --pidfile="$DOCKERD_PIDFILE" >>"$DOCKERD_LOG" 2>&1 </dev/null &
+            --pidfile="$DOCKERD_PIDFILE" "${DOCKERD_FLAGS[@]}" >>"$DOCKERD_LOG" 2>&1 </dev/null &
         pid=$!
     fi
     local waited=0
@@ -146,6 +161,19 @@ warn_if_not_reproducible() {
     fi
 }
 
+need_root() {
+    [[ $EUID -eq 0 ]] || die "$1 needs root: run \`sudo bash scripts/engine.sh${2:+ $2}\` once (a member of the docker group needs no root after that)"
+}
+
+install_if_missing() {
+    local mirror="${1:-}"
+    [[ -n "$mirror" ]] || mirror="$(host_debian_mirror)" \
+        || die "no Debian mirror found in this host's apt sources: give one with --mirror URL"
+    log "host Debian mirror: $mirror"
+    install_packages "$mirror"
+    ensure_buildx_visible
+}
+
 main() {
     if engine_answers; then
         log "engine already answers; installing nothing"
@@ -154,19 +182,58 @@ main() {
         warn_if_not_reproducible
         return
     fi
-    [[ $EUID -eq 0 ]] || die "must run as root to install packages and start dockerd"
-    local mirror="${1:-}"
-    [[ -n "$mirror" ]] || mirror="$(host_debian_mirror)" || die "no Debian mirror found in this host's apt sources"
-    log "host Debian mirror: $mirror"
-    install_packages "$mirror"
-    ensure_buildx_visible
+    need_root "installing and starting the Docker engine"
+    install_if_missing "${1:-}"
     start_dockerd
     docker version --format 'engine.sh: client {{.Client.Version}}, server {{.Server.Version}} (API {{.Server.APIVersion}})'
     docker info --format 'engine.sh: storage driver {{.Driver}}, cgroup {{.CgroupVersion}}, root {{.DockerRootDir}}'
 }
 
+# An engine of its own under DIR: nothing of the host's engine is read or changed.
+own() {
+    local dir="$1" mirror="${2:-}"
+    need_root "an engine of its own" "--own $dir"
+    local other
+    other="$(pgrep -x dockerd | head -n 1 || true)"
+    [[ -z "$other" ]] || die "another dockerd runs (pid $other): a second one would take over its bridge (docker0) and iptables chains; stop it first"
+    if ! command -v dockerd >/dev/null || ! docker buildx version >/dev/null 2>&1; then
+        install_if_missing "$mirror"
+    fi
+    getent group docker >/dev/null || die "no 'docker' group (Debian's docker.io makes it)"
+    mkdir -p "$dir"
+    chmod 0711 "$dir"  # members of the docker group reach DIR/docker.sock; nothing else in DIR is theirs
+    touch "$dir/$OWN_MARK"
+    DOCKERD_DATA_ROOT="$dir/data" DOCKERD_PIDFILE="$dir/dockerd.pid" DOCKERD_LOG="$dir/dockerd.log"
+    DOCKERD_FLAGS=(--exec-root="$dir/exec" --host="unix://$dir/docker.sock" --group=docker)
+    export DOCKER_HOST="unix://$dir/docker.sock"
+    start_dockerd
+    docker version --format 'engine.sh: client {{.Client.Version}}, server {{.Server.Version}} (API {{.Server.APIVersion}})'
+    log "an engine of its own: DOCKER_HOST=$DOCKER_HOST (data root $DOCKERD_DATA_ROOT)"
+}
+
+stop_own() {
+    local dir="$1" pid="" waited=0
+    [[ -f "$dir/$OWN_MARK" ]] || die "$dir was not made by \`scripts/engine.sh --own\`: not touching it"
+    [[ -f "$dir/dockerd.pid" ]] && pid="$(cat "$dir/dockerd.pid")"
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+        kill "$pid"
+        while kill -0 "$pid" 2>/dev/null && ((waited < DOCKERD_TIMEOUT)); do sleep 1; waited=$((waited + 1)); done
+        kill -0 "$pid" 2>/dev/null && die "dockerd (pid $pid) did not stop within ${DOCKERD_TIMEOUT}s"
+        log "dockerd (pid $pid) stopped after ${waited}s"
+    fi
+    # dockerd unmounts its layers when it stops; one killed before that leaves mounts that rm cannot cross.
+    awk -v dir="$dir/" 'index($2, dir) == 1 {print $2}' /proc/self/mounts | sort -r | xargs -r -n 1 umount -l
+    rm -rf --one-file-system "$dir"
+    log "deleted $dir"
+}
+
 case "${1:-}" in
     --mirror) main "${2:?--mirror needs a URL}" ;;
+    --own)
+        [[ "${3:-}" == "" || "${3:-}" == --mirror ]] || die "unknown argument '$3'"
+        own "${2:?--own needs a folder}" "${4:-}"
+        ;;
+    --stop-own) stop_own "${2:?--stop-own needs a folder}" ;;
     "") main ;;
-    *) die "unknown argument '$1' (usage: scripts/engine.sh [--mirror URL])" ;;
+    *) die "unknown argument '$1' (usage: scripts/engine.sh [--mirror URL] | --own DIR [--mirror URL] | --stop-own DIR)" ;;
 esac

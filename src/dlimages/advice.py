@@ -281,9 +281,8 @@ def _disk(output: Sequence[str]) -> Diagnosis | None:
     return Diagnosis(
         "disk",
         "disk full",
-        "The disk is full: `invoke disk` shows what the engine holds on its data root, `invoke disk --reclaim` gives "
-        "back its build cache and the layers it lost track of (parallel builds leak them, moby/moby#46136); then "
-        "rerun.",
+        "The disk is full: `invoke disk` shows what the engine holds on its data root and the engine's own commands "
+        "that give space back (`docker image prune`, `docker builder prune`); then rerun.",
         evidence=evidence,
     )
 

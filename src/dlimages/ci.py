@@ -17,14 +17,17 @@ BUILDS = (
     "--cuda 11.8 --tf 2.14 --python 3.11 --mirror host",
 )
 # The proof: one more cold build of the PyTorch cell must give the very image the first build made.
-REPRO = (
-    "--cuda 12.1 --torch 2.1 --python 3.11 --mirror none "
-    "--against lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"
-)
-# Free space `invoke ci` needs on the Docker data root, after `invoke disk --reclaim` gave back what it takes (the
-# build cache only when needed): the largest drop measured over a whole run from an empty build cache was 24 GB
-# (docs/measurements.md); the rest is room for image tests whose layers are not cached.
+PYTORCH_IMAGE = "lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"  # what BUILDS[0] tags
+REPRO = f"{BUILDS[0]} --against {PYTORCH_IMAGE}"
+# Free space `invoke ci` needs on the file system of its engine's data root: the largest drop measured over a whole
+# run from an empty build cache was 24 GB (docs/measurements.md); the rest is room for image tests whose layers are
+# not cached.
 DISK_NEED_GB = 40
+# The engine CI runs on: one of its own, on a fresh data root in a fresh folder here, deleted at the end of the run
+# (scripts/engine.sh --own): the host's engine, images and cache are never touched. /var/tmp, not /tmp: the data root
+# holds tens of GB and /tmp may be memory.
+ENGINE_PARENT = Path("/var/tmp")  # noqa: S108 (mkdtemp makes a fresh, private folder in it)
+ENGINE_PREFIX = "dlimages-ci-engine-"
 REGISTRY_PORT = 5055
 REGISTRY_NAME = "ci"
 REPORT = ".work/build-report.json"
@@ -56,26 +59,27 @@ def checks(root: Path, python: str) -> list[Step]:
     ]
 
 
-def end_to_end(root: Path) -> list[Step]:
-    """Engine, disk (what the last runs left is given back; too little free space stops here, not mid-build),
-    checks, real builds of the CI cells, a local registry and the push to it."""
+def end_to_end(root: Path, engine: Path) -> list[Step]:
+    """An engine of its own, disk, checks, real builds of the CI cells, a local registry and the push to it, then
+    the user's commands again as an unprivileged member of the `docker` group (.ci/as-user.sh)."""
     registry = f"127.0.0.1:{REGISTRY_PORT}"
     return [
-        Step("engine", f"bash {_q(root / 'scripts/engine.sh')}"),
-        Step("disk", f"invoke disk --reclaim --need {DISK_NEED_GB}"),
+        Step("engine", f"bash {_q(root / 'scripts/engine.sh')} --own {_q(engine)}"),
+        Step("disk", f"invoke disk --need {DISK_NEED_GB}"),
         Step("checks", "invoke check"),
         *(Step(f"build {flags}", f"invoke build {flags}") for flags in BUILDS),
         Step("repro (PyTorch cell)", f"invoke repro {REPRO}"),
         Step("registry", f"bash {_q(root / '.ci/registry.sh')} start {REGISTRY_NAME} {REGISTRY_PORT}"),
         Step("push", f"invoke push --registry {registry} --report {_q(root / REPORT)}"),
+        Step("as an unprivileged user", f"bash {_q(root / '.ci/as-user.sh')} {registry} {PYTORCH_IMAGE} {BUILDS[0]}"),
     ]
 
 
-def cleanup(root: Path) -> list[Step]:
-    """Always, after the steps: stop the registry; drop the untagged images rebuilds leave (6 GB each)."""
+def cleanup(root: Path, engine: Path) -> list[Step]:
+    """Always, after the steps: stop the registry, stop CI's engine and delete its folder (data root included)."""
     return [
         Step("registry stop", f"bash {_q(root / '.ci/registry.sh')} stop {REGISTRY_NAME}"),
-        Step("prune", "docker image prune -f"),
+        Step("engine stop", f"bash {_q(root / 'scripts/engine.sh')} --stop-own {_q(engine)}"),
     ]
 
 

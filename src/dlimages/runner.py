@@ -7,7 +7,11 @@ Builder, push, doctor, tasks and the image tests all take a `Runner`; unit tests
 
 from __future__ import annotations
 
+import atexit
+import functools
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,3 +137,13 @@ class Runner:
 
 
 DEFAULT = Runner()
+
+
+@functools.cache
+def run_folder() -> Path:
+    """This process's own folder for the files a run hands to docker and reads back (image ID files, bake files and
+    their metadata, copy archives): private (0700, a fresh name), so two runs on one host, of one user or of two,
+    never read or overwrite each other's; removed when the process exits."""
+    path = Path(tempfile.mkdtemp(prefix="dlimages-run-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path

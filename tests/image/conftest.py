@@ -22,7 +22,6 @@ import testinfra.host
 from testinfra.backend.base import CommandResult
 from testinfra.backend.docker import DockerBackend
 
-from dlimages import disk
 from dlimages.runner import DEFAULT as RUNNER
 from dlimages.runner import Result
 
@@ -50,22 +49,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         help=f"where tests save what a person looks at afterwards (screenshots); default ${ARTIFACTS_ENV}, "
         f"else {ARTIFACTS_DEFAULT}/ under the rootdir",
-    )
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """One line on the Docker data root after the tests: free space and the folders no record names (the tests are
-    over, so none is a build in flight; no age guard), to see in CI logs what a run leaves behind."""
-    if not images_under_test(config) or os.environ.get("DLIMAGES_NO_DOCKER") == "1":
-        return
-    root = disk.data_root(RUNNER)
-    if root is None or not root.local:
-        return
-    usage = disk.usage(RUNNER, root, min_age_s=0)
-    terminalreporter.write_line(
-        f"disk after the image tests: {disk.gb(usage.free)} free on {root.path}, images {disk.gb(usage.images)}, "
-        f"build cache {disk.gb(usage.build_cache)}, {disk.gb(usage.leaked_bytes)} in {len(usage.leaked)} "
-        "folder(s) no record names (`invoke disk --reclaim`)"
     )
 
 

@@ -34,10 +34,14 @@ def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() 
     root = Path("/repo")
     checks = [step.name for step in ci.checks(root, "python3")]
     assert checks == ["lint", "render check", "lock check", "workflow check", "unit and GPU tests"]
-    steps = [step.command for step in ci.end_to_end(root)]
-    # Space is made and checked before anything is built: a full disk stops the run with a message, not mid-push.
-    disk = steps.index(f"invoke disk --reclaim --need {ci.DISK_NEED_GB}")
-    assert steps[disk - 1].endswith("scripts/engine.sh") and ci.DISK_NEED_GB > 0
+    engine = Path("/var/tmp/dlimages-ci-engine-x")
+    steps = [step.command for step in ci.end_to_end(root, engine)]
+    # CI's engine is its own (a fresh data root, deleted at the end), and the disk is checked before anything is
+    # built: a full disk stops the run with a message, not mid-push.
+    assert steps[0] == "bash /repo/scripts/engine.sh --own /var/tmp/dlimages-ci-engine-x"
+    assert [step.command for step in ci.cleanup(root, engine)][-1].endswith("--stop-own /var/tmp/dlimages-ci-engine-x")
+    disk = steps.index(f"invoke disk --need {ci.DISK_NEED_GB}")
+    assert disk == 1 and ci.DISK_NEED_GB > 0
     builds = [i for i, command in enumerate(steps) if command.startswith("invoke build ")]
     push = next(i for i, command in enumerate(steps) if command.startswith("invoke push "))
     assert len(builds) == len(ci.BUILDS) and disk < min(builds) and max(builds) < push
@@ -45,6 +49,9 @@ def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() 
     [repro] = [i for i, command in enumerate(steps) if command.startswith("invoke repro ")]
     assert max(builds) < repro and "--against lab/pytorch-universal-dev:" in steps[repro]
     assert steps[builds[0]].removeprefix("invoke build ") in steps[repro]
+    # Then the user's commands again as an unprivileged member of the docker group, after the push they compare with.
+    [as_user] = [i for i, command in enumerate(steps) if ".ci/as-user.sh" in command]
+    assert as_user > push and ci.PYTORCH_IMAGE in steps[as_user]
     assert ci.image_tests(root, "python3", ["lab/x:v1", "lab/y:v1"]).command.endswith(
         "--image lab/x:v1 --image lab/y:v1"
     )

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The user's commands, run the way users run them: as an unprivileged member of the `docker` group (the normal setup,
+# and the job user on GitHub's hosted runners), from a clone and a virtual environment of its own, against the engine
+# CI started (DOCKER_HOST) and the registry it pushed to. Each command must end without a traceback and give what
+# root's run gave: a cache-warm build leaves the very image root built, the push finds the registry's digest
+# unchanged, the image tests pass, dl-smoke says "no GPU" (exit 77), doctor gives root's verdicts, disk reports.
+#
+# Usage: .ci/as-user.sh REGISTRY IMAGE BUILD-FLAGS...   (run as root, after root built IMAGE and pushed it)
+# Creates the user dlimages-user when it does not exist, and deletes it (with its home) at the end if it did.
+set -euo pipefail
+
+readonly USER_NAME=dlimages-user
+log() { printf 'as-user.sh: %s\n' "$*"; }
+die() { printf 'as-user.sh: FAILED: %s\n' "$*" >&2; exit 1; }
+
+(($# >= 3)) || die "usage: .ci/as-user.sh REGISTRY IMAGE BUILD-FLAGS..."
+registry="$1" image="$2"
+shift 2
+build_flags="$*"
+[[ $EUID -eq 0 ]] || die "run as root: it creates the unprivileged user"
+[[ -n "${DOCKER_HOST:-}" ]] || die "DOCKER_HOST is not set: run it from \`invoke ci\`"
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+
+created=0
+if ! id "$USER_NAME" >/dev/null 2>&1; then
+    useradd --create-home --groups docker --shell /bin/bash "$USER_NAME"
+    created=1
+fi
+cleanup() { ((created)) && userdel --remove "$USER_NAME" 2>/dev/null; true; }
+trap cleanup EXIT
+id -nG "$USER_NAME" | grep -qw docker || die "$USER_NAME is not in the docker group"
+home="$(getent passwd "$USER_NAME" | cut -d: -f6)"
+work="$home/dlimages"
+rm -rf "$work"
+git clone --quiet "$repo" "$work"
+chown -R "$USER_NAME:" "$work"
+out="$(mktemp -d)"
+chmod 0755 "$out"
+
+# One user command: its output in $out/NAME.log (and on the screen), its exit code returned; never a traceback.
+as_user() {
+    local name="$1" code=0
+    shift
+    log "as $USER_NAME: $*"
+    runuser -u "$USER_NAME" -- env -u PYENV_ROOT HOME="$home" USER="$USER_NAME" LOGNAME="$USER_NAME" \
+        PATH="$home/venv/bin:/usr/local/bin:/usr/bin:/bin" bash -c "cd '$work' && $*" 2>&1 | tee "$out/$name.log" \
+        || code="${PIPESTATUS[0]}"
+    if grep -q '^Traceback (most recent call last)' "$out/$name.log"; then
+        die "\`$*\` printed a Python traceback"
+    fi
+    return "$code"
+}
+
+# What a registry holds under a tag: its manifest digest (a HEAD request, as docker would make it).
+remote_digest() {
+    local name="${image%%:*}" tag="${image##*:}"
+    curl -fsI -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+        -H 'Accept: application/vnd.oci.image.manifest.v1+json' "http://$registry/v2/$name/manifests/$tag" \
+        | awk 'tolower($1) == "docker-content-digest:" {print $2}' | tr -d '\r'
+}
+
+root_id="$(docker image inspect --format '{{.Id}}' "$image")" || die "root's image $image is missing"
+root_digest="$(remote_digest)"
+[[ -n "$root_digest" ]] || die "the registry $registry has no $image: run this after root's push"
+invoke doctor --json >"$out/doctor-root.json"
+
+start=$SECONDS
+# The README's install, for the main job: the system Python (the user cannot reach root's), a venv of the user's own.
+as_user install "python3 -m venv ~/venv && python -m pip install --quiet -e ." || die "pip install -e . failed"
+log "install: $((SECONDS - start)) s"
+
+start=$SECONDS
+# shellcheck disable=SC2086 # the build flags are words
+as_user build "invoke build $build_flags" || die "invoke build failed"
+user_id="$(docker image inspect --format '{{.Id}}' "$image")"
+[[ "$user_id" == "$root_id" ]] || die "the user's build made $user_id, root's $root_id"
+log "build (cache-warm): $((SECONDS - start)) s, the image root built ($user_id)"
+
+as_user push "invoke push --registry $registry --report .work/build-report.json" || die "invoke push failed"
+[[ "$(remote_digest)" == "$root_digest" ]] || die "the registry's $image moved from $root_digest"
+log "push: the registry still holds $root_digest"
+
+as_user test "invoke test" || die "invoke test failed"
+
+code=0
+as_user smoke "invoke smoke --image $image" || code=$?
+((code == 77)) || die "invoke smoke exited $code; without a GPU it must say skipped (77)"
+log "smoke: exit 77 (no GPU here), as for root"
+
+as_user doctor "invoke doctor --json >~/doctor.json" || die "invoke doctor failed"
+cmp -s "$home/doctor.json" "$out/doctor-root.json" || die "invoke doctor's verdicts differ from root's"
+log "doctor: root's verdicts"
+
+as_user disk "invoke disk" || die "invoke disk failed"
+grep -q '^free: ' "$out/disk.log" || die "invoke disk said nothing of free space"
+
+log "every command ran as $USER_NAME (groups: $(id -nG "$USER_NAME")) without a traceback, with root's results"
+rm -rf "$out"
