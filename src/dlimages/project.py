@@ -13,6 +13,7 @@ from dlimages.render import (
     GeneratedFile,
     render_documents,
     render_tree,
+    rendering,
     stale_documents,
     stale_files,
     write_documents,
@@ -44,9 +45,10 @@ class Project:
 
     def check_rendered(self) -> int:
         """How many files images/ and the docs hold; InputError naming every stale, hand-edited, missing or extra
-        file, and every document whose generated block or picture differs."""
-        files, documents = self.rendered(), self.documents()
-        stale, stale_docs = stale_files(self.root, files), stale_documents(self.root, documents)
+        file, and every document whose generated block or picture differs. Waits for a render in progress."""
+        with rendering(self.root, writing=False):
+            files, documents = self.rendered(), self.documents()
+            stale, stale_docs = stale_files(self.root, files), stale_documents(self.root, documents)
         if stale or stale_docs:
             what = "images/ is" if not stale_docs else "the docs are" if not stale else "images/ and the docs are"
             count = len(stale) + len(stale_docs)
@@ -55,10 +57,12 @@ class Project:
 
     def write_rendered(self) -> tuple[list[str], int]:
         """Bring images/ and the docs in line with the sources: what changed ("wrote X", "removed Y") and how many
-        files. Everything is rendered before anything is written."""
-        files, documents = self.rendered(), self.documents()
-        changed = write_tree(self.root, files)
-        return changed + write_documents(self.root, documents), len(files) + len(documents)
+        files. Everything is rendered before anything is written, and renders of this repository take turns: this
+        one waits for another in progress, then renders from what that one left (its locks included)."""
+        with rendering(self.root):
+            files, documents = self.rendered(), self.documents()
+            changed = write_tree(self.root, files)
+            return changed + write_documents(self.root, documents), len(files) + len(documents)
 
 
 def find_root(start: Path | None = None) -> Path:

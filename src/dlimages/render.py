@@ -2,17 +2,19 @@
 from the matrix (README's table, docs/provisioning.md's driver tables, docs/matrix.svg: text from matrixdocs).
 
 Everything is rendered in memory and checked (each Dockerfile holds only the instructions the templates write)
-before anything is written; the new tree is then written beside images/ and swapped in, so images/ is always
-either the old tree or the new one.
+before anything is written. Then each file that differs is replaced whole, in place: images/ itself is never moved,
+and what render does not write (the locks, anything put there by hand) is never rewritten, moved or removed.
+Renders take turns on a lock in .work/, so two never interleave.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
-import shutil
-import stat
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -21,6 +23,7 @@ import jinja2
 
 from dlimages.cells import Cell, Expansion
 from dlimages.errors import InputError, Problem, allowed_list
+from dlimages.files import stage, turn
 from dlimages.grammar import reference_problem
 from dlimages.lock import LOCK_FILES, install_flags, lock_state
 from dlimages.matrixdocs import PICTURE, README, Block, blocks, matrix_svg, splice
@@ -29,12 +32,15 @@ from dlimages.spec import MATRIX_FILE, Matrix
 
 IMAGES_DIR = "images"
 TEMPLATES_DIR = "templates"
-# Beside images/ (same folder, so renames swap them): the tree being written, and the tree being replaced.
-NEW_TREE = ".images.new"
+ASSETS = "assets"  # images/assets/: what every image copies, all of it rendered
+CELL_FILES = ("Dockerfile", "cell.json")  # what render writes into a cell's folder, beside the cell's locks
 BASES_LOCK = f"{IMAGES_DIR}/bases.lock.json"  # written by `invoke bases --lock` (baselock.py)
-OLD_TREE = ".images.old"
+RENDER_LOCK = ".work/render.lock"  # in the folder git ignores: renders take turns on it (`rendering`)
+STAGED = ".render.tmp"  # a file render wrote beside its target, not yet renamed over it; only render makes these
 EXECUTABLE = 0o755
 REGULAR = 0o644
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ def _assets(root: Path) -> list[GeneratedFile]:
     try:
         files = [
             GeneratedFile(
-                f"{IMAGES_DIR}/assets/{path.name}",
+                f"{IMAGES_DIR}/{ASSETS}/{path.name}",
                 path.read_bytes(),
                 EXECUTABLE if os.access(path, os.X_OK) else REGULAR,
             )
@@ -69,10 +75,10 @@ def _assets(root: Path) -> list[GeneratedFile]:
     for command, module in (("dl-smoke", "dl_smoke.py"), ("dl-bench", "dl_bench.py")):
         script = payload / module
         if script.is_file():
-            files.append(GeneratedFile(f"{IMAGES_DIR}/assets/{command}", script.read_bytes(), EXECUTABLE))
+            files.append(GeneratedFile(f"{IMAGES_DIR}/{ASSETS}/{command}", script.read_bytes(), EXECUTABLE))
     # What both commands import; beside them in /usr/local/bin, the first place a script's imports look.
     shared = payload / "dl_stack.py"
-    files.append(GeneratedFile(f"{IMAGES_DIR}/assets/dl_stack.py", shared.read_bytes(), REGULAR))
+    files.append(GeneratedFile(f"{IMAGES_DIR}/{ASSETS}/dl_stack.py", shared.read_bytes(), REGULAR))
     return files
 
 
@@ -127,12 +133,10 @@ def render_tree(root: Path, matrix: Matrix, expansion: Expansion) -> list[Genera
     env = environment(root)
     files = _assets(root)
     problems: list[Problem] = []
-    files += _carried(root, BASES_LOCK)
     for cell in expansion.cells:
         base = f"{IMAGES_DIR}/{cell.framework}/{cell.slug}"
-        # Locks are written by `invoke lock`, not rendered: a render keeps them, and they decide how pip installs.
+        # Locks are written by `invoke lock`, never by render; they decide how pip installs.
         locked = lock_state(root, cell, matrix.packages.pip).locked
-        files += [f for name in LOCK_FILES for f in _carried(root, f"{base}/{name}")]
         try:
             dockerfile = render_cell(env, matrix, cell, locked=locked)
         except jinja2.TemplateError as error:
@@ -155,15 +159,6 @@ def render_tree(root: Path, matrix: Matrix, expansion: Expansion) -> list[Genera
             problems, heading="Rendered Dockerfiles hold what the templates must never write; nothing was written:"
         )
     return sorted(files, key=lambda f: f.path)
-
-
-def _carried(root: Path, path: str) -> list[GeneratedFile]:
-    """A file under images/ that another task writes (a lock), kept as it is when it exists."""
-    source = root / path
-    try:
-        return [GeneratedFile(path, source.read_bytes())] if source.is_file() else []
-    except OSError as error:
-        raise InputError([Problem(path, f"cannot read: {error.strerror}")]) from None
 
 
 # --- What a rendered Dockerfile may hold ----------------------------------------------------------------------
@@ -263,6 +258,28 @@ def _instructions(lines: list[str]) -> list[tuple[int, str]]:
     return result
 
 
+# --- images/ and the docs on disk ------------------------------------------------------------------------------
+
+
+@contextmanager
+def rendering(root: Path, *, writing: bool = True) -> Iterator[None]:
+    """Renders of one repository take turns: one that writes holds .work/render.lock alone and checks share it, so
+    none reads or writes a tree another is part-way through; a later one waits, saying so. A check where the lock
+    cannot be made (a read-only checkout) goes ahead without it: it writes nothing."""
+    held = ExitStack()
+    try:
+        held.enter_context(turn(root / RENDER_LOCK, shared=not writing, on_wait=_say_waiting))
+    except OSError as error:
+        if writing:
+            raise InputError([Problem(RENDER_LOCK, f"cannot lock: {error.strerror or error}")]) from None
+    with held:
+        yield
+
+
+def _say_waiting() -> None:
+    log.info("waiting for another render of this repository to finish (it holds %s) ...", RENDER_LOCK)
+
+
 def _existing(root: Path) -> dict[str, Path]:
     images = root / IMAGES_DIR
     if not images.is_dir():
@@ -270,72 +287,190 @@ def _existing(root: Path) -> dict[str, Path]:
     return {str(p.relative_to(root)): p for p in sorted(images.rglob("*")) if p.is_file()}
 
 
-def _changes(root: Path, files: list[GeneratedFile]) -> list[str]:
-    changed = [
-        f"wrote {generated.path}"
-        for generated in files
-        if not (
-            (target := root / generated.path).is_file()
-            and target.read_bytes() == generated.content
-            and _mode(target) == generated.mode
-        )
-    ]
+def _written_by_render(path: str) -> bool:
+    """Whether `path` (under images/, from the root) is where render writes, so a file it may remove: an asset, or
+    a cell's Dockerfile or cell.json. Locks, and anything else, are not render's."""
+    parts = Path(path).parts
+    if len(parts) == 3:
+        return parts[1] == ASSETS
+    return len(parts) == 4 and parts[1] != ASSETS and parts[3] in CELL_FILES
+
+
+def _extra(root: Path, files: list[GeneratedFile]) -> tuple[list[str], list[Problem]]:
+    """Files under images/ that no cell wants: those render wrote (it removes them), and the rest, each with why
+    render keeps it (a lock of a cell that left the matrix, a file put there by hand)."""
     wanted = {f.path for f in files}
-    return changed + [f"removed {path}" for path in _existing(root) if path not in wanted]
+    cells = {str(Path(f.path).parent) for f in files if Path(f.path).name == CELL_FILES[0]}
+    removable: list[str] = []
+    kept: list[Problem] = []
+    for path in _existing(root):
+        folder, name = str(Path(path).parent), Path(path).name
+        if path in wanted or path == BASES_LOCK or (name in LOCK_FILES and folder in cells):
+            continue
+        if name.startswith(".") and name.endswith(STAGED):
+            kept.append(Problem(path, "left by a render that was stopped part-way; run `invoke render`"))
+        elif _written_by_render(path):
+            removable.append(path)
+        elif name in LOCK_FILES:
+            kept.append(
+                Problem(
+                    path,
+                    "a lock of no cell in matrix.yaml; render never removes a lock: delete it by hand if the cell "
+                    "left the matrix for good",
+                )
+            )
+        else:
+            kept.append(Problem(path, "not written by render and used by no cell; render never removes it"))
+    return removable, kept
+
+
+def _obstacles(root: Path, files: list[GeneratedFile]) -> list[Problem]:
+    """What stands where render writes: a file or a link where it makes a folder, a folder where it writes a file.
+    Render removes only files it wrote, so it names these instead."""
+    problems: dict[str, Problem] = {}
+    for generated in files:
+        parts = Path(generated.path).parts
+        for depth in range(1, len(parts)):
+            folder = root.joinpath(*parts[:depth])
+            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+                where = "/".join(parts[:depth])
+                problems[where] = Problem(where, "a file or a link where render writes a folder; move it away")
+                break
+        else:
+            target = root / generated.path
+            if target.is_dir() and not target.is_symlink():
+                problems[generated.path] = Problem(generated.path, "a folder where render writes a file; move it away")
+    return list(problems.values())
+
+
+def _remove_staged(root: Path, files: list[GeneratedFile]) -> None:
+    """Remove what a render stopped part-way staged and never renamed. Only render stages files with this suffix,
+    and renders take turns, so none of them is in use; one that cannot be removed harms nothing (a check names
+    it)."""
+    pattern = f".*{STAGED}"
+    images = root / IMAGES_DIR
+    leftovers = set(images.rglob(pattern)) if images.is_dir() else set()
+    for folder in {(root / f.path).parent for f in files}:
+        if folder.is_dir():
+            leftovers.update(folder.glob(pattern))
+    for path in leftovers:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
+def _same(target: Path, generated: GeneratedFile) -> bool:
+    return target.is_file() and target.read_bytes() == generated.content and _mode(target) == generated.mode
+
+
+def _replace(root: Path, files: list[GeneratedFile], *, where: str = "") -> list[str]:
+    """Write each file that differs from what is there ("wrote X"), whole: every one is staged (written beside its
+    target and synced) first, and only then is each renamed over its target. A failure puts back what was replaced
+    and raises InputError naming `where` (or the file) and the file being written."""
+    differing: list[GeneratedFile] = []
+    staged: list[tuple[Path, Path]] = []  # (the new file, its target)
+    made: list[Path] = []  # folders made for new files, removed again after a failure
+    replaced: list[tuple[Path, tuple[bytes, int] | None]] = []  # (target, its old content and mode, or None)
+    current = root
+    try:
+        differing = [generated for generated in files if not _same(root / generated.path, generated)]
+        for generated in differing:
+            current = root / generated.path
+            made += _make_folders(current.parent)
+            staged.append((stage(current, generated.content, generated.mode, suffix=STAGED), current))
+        for new, current in staged:
+            old = (current.read_bytes(), _mode(current)) if current.is_file() else None
+            os.replace(new, current)
+            replaced.append((current, old))
+    except OSError as error:
+        restored = _undo(staged, replaced, made)
+        outcome = (
+            "not written, left as it was" if restored else "partly written (the old content could not be put back)"
+        )
+        message, shown = f"{outcome}: {error.strerror or error}", _shown(root, current)
+        raise InputError([Problem(where, f"{message} ({shown})") if where else Problem(shown, message)]) from None
+    return [f"wrote {generated.path}" for generated in differing]
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Make `folder` and those above it that are missing; returns those made, outermost first."""
+    missing: list[Path] = []
+    while not folder.exists() and not folder.is_symlink():
+        missing.insert(0, folder)
+        folder = folder.parent
+    made: list[Path] = []
+    for path in missing:
+        path.mkdir()
+        made.append(path)
+    return made
+
+
+def _undo(
+    staged: list[tuple[Path, Path]], replaced: list[tuple[Path, tuple[bytes, int] | None]], made: list[Path]
+) -> bool:
+    """Put back what `_replace` replaced and remove what it staged and the folders it made; False where the old
+    content could not be put back (the next render writes it)."""
+    restored = True
+    for target, old in reversed(replaced):
+        try:
+            if old is None:
+                target.unlink()
+            else:
+                os.replace(stage(target, old[0], old[1], suffix=STAGED), target)
+        except OSError:
+            restored = False
+    for new, _ in staged:
+        try:
+            new.unlink(missing_ok=True)
+        except OSError:
+            pass  # a leftover the next render removes
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass  # not empty: something else is in it now
+    return restored
 
 
 def write_tree(root: Path, files: list[GeneratedFile]) -> list[str]:
-    """Bring images/ in line with the rendered files; returns what changed, e.g. "wrote X", "removed Y".
+    """Bring images/ in line with the rendered files; returns what changed, e.g. "wrote X", "removed Y". Callers
+    hold `rendering`.
 
-    All or nothing: the whole tree is written to .images.new beside images/, then two renames swap it in. On any
-    failure images/ is left exactly as it was, the new tree is removed, and InputError says what failed.
+    images/ is never moved, and what render does not write (locks, files put there by hand) is never rewritten,
+    moved or removed. Each file that differs is staged beside its target and, once all are, renamed over it; then
+    the files render wrote that no cell wants any more are removed. A failure while staging (a full disk), or a
+    rename that fails, leaves images/ as it was and InputError says what failed. A process killed at any point
+    leaves each file whole, old or new, and the next render finishes the job.
     """
-    images, new, old = root / IMAGES_DIR, root / NEW_TREE, root / OLD_TREE
     try:
-        changed = _changes(root, files)
-        if not changed:
-            return []
-        for leftover in (new, old):  # from a render that was killed half-way
-            _remove(leftover)
-        new.mkdir()
-        for generated in files:
-            target = new / Path(generated.path).relative_to(IMAGES_DIR)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(generated.content)
-            target.chmod(generated.mode)
-        had_images = images.exists() or images.is_symlink()
-        if had_images:
-            images.rename(old)
-        try:
-            new.rename(images)
-        except OSError:
-            if had_images:
-                old.rename(images)
-            raise
+        obstacles = _obstacles(root, files)
+        if obstacles:
+            raise InputError(obstacles, heading="Render writes where these are; nothing was written:")
+        _remove_staged(root, files)
+        removable, kept = _extra(root, files)
     except OSError as error:
-        try:
-            _remove(new)
-        except OSError:
-            pass  # reported below; the next render removes it first
         where = _shown(root, error.filename) if error.filename else IMAGES_DIR
-        raise InputError(
-            [Problem(f"{IMAGES_DIR}/", f"not written, left as it was: {error.strerror or error} ({where})")]
-        ) from None
-    try:
-        _remove(old)
-    except OSError:
-        pass  # the new tree is in place; a leftover .images.old is removed by the next render
+        raise InputError([Problem(f"{IMAGES_DIR}/", f"cannot read: {error.strerror or error} ({where})")]) from None
+    changed = _replace(root, files, where=f"{IMAGES_DIR}/")
+    for path in removable:
+        try:
+            (root / path).unlink()
+            _remove_empty_folders(root, (root / path).parent)
+        except OSError as error:
+            raise InputError([Problem(path, f"not removed: {error.strerror or error}")]) from None
+        changed.append(f"removed {path}")
+    for problem in kept:
+        log.info("note: kept %s", problem)
     return changed
 
 
-def _remove(path: Path) -> None:
-    """Remove a file or a whole tree if it is there, making its folders writable first (a read-only copy)."""
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
-        for folder, _, _ in os.walk(path):
-            os.chmod(folder, stat.S_IRWXU)
-        shutil.rmtree(path)
+def _remove_empty_folders(root: Path, folder: Path) -> None:
+    """Remove `folder` and those above it inside images/ while they are empty (a cell that left the matrix)."""
+    images = root / IMAGES_DIR
+    while folder != images and folder.is_relative_to(images) and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
 
 
 def _not_utf8(root: Path) -> str:
@@ -358,9 +493,9 @@ def _shown(root: Path, filename: object) -> str:
 
 
 def stale_files(root: Path, files: list[GeneratedFile]) -> list[Problem]:
-    """Differences between images/ and a fresh render: stale, hand-edited, missing or extra files."""
+    """Differences between images/ and a fresh render: stale, hand-edited, missing or extra files (a lock no cell
+    uses among them; the locks of the matrix's cells are `invoke lock --check`'s to judge)."""
     problems: list[Problem] = []
-    existing = _existing(root)
     for generated in files:
         target = root / generated.path
         if not target.is_file():
@@ -373,13 +508,9 @@ def stale_files(root: Path, files: list[GeneratedFile]) -> list[Problem]:
             problems.append(
                 Problem(generated.path, f"has mode {_mode(target):o}, expected {generated.mode:o}; run `invoke render`")
             )
-    wanted = {f.path for f in files}
-    problems += [
-        Problem(path, "not generated by any cell; run `invoke render` to remove it")
-        for path in existing
-        if path not in wanted
-    ]
-    return problems
+    removable, kept = _extra(root, files)
+    problems += [Problem(path, "not generated by any cell; run `invoke render` to remove it") for path in removable]
+    return problems + kept
 
 
 def _mode(path: Path) -> int:
@@ -451,25 +582,7 @@ def stale_documents(root: Path, files: list[GeneratedFile]) -> list[Problem]:
 
 
 def write_documents(root: Path, files: list[GeneratedFile]) -> list[str]:
-    """Write the documents that differ ("wrote X" for each), each whole or not at all (a new file renamed over it)."""
-    changed: list[str] = []
-    for generated in files:
-        target = root / generated.path
-        if target.is_file() and target.read_bytes() == generated.content:
-            continue
-        new = target.with_name(f".{target.name}.new")
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            new.write_bytes(generated.content)
-            new.chmod(generated.mode)
-            os.replace(new, target)
-        except OSError as error:
-            try:
-                new.unlink(missing_ok=True)
-            except OSError:
-                pass  # reported below
-            raise InputError(
-                [Problem(generated.path, f"not written, left as it was: {error.strerror or error}")]
-            ) from None
-        changed.append(f"wrote {generated.path}")
-    return changed
+    """Write the documents that differ ("wrote X" for each), each whole (staged beside it, then renamed over it);
+    on a failure every document is left as it was. Callers hold `rendering`."""
+    _remove_staged(root, files)
+    return _replace(root, files)

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import logging
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +27,7 @@ import pytest
 
 from dlimages.cells import Cell, Expansion
 from dlimages.errors import InputError
+from dlimages.lock import LOCK_FILES
 from dlimages.project import Project
 from dlimages.render import (
     GeneratedFile,
@@ -33,6 +36,7 @@ from dlimages.render import (
     environment,
     render_cell,
     render_tree,
+    rendering,
     stale_files,
     write_tree,
 )
@@ -693,7 +697,7 @@ def test_invoke_render_and_render_check_refuse_a_template_that_writes_user_root(
         Project(root).check_rendered()  # what `invoke render --check` calls
 
 
-# --- Atomic render: images/ is the old tree or the new one, never a mix (issue 8) ----------------------------
+# --- Safe render: each file old or new, locks never touched, renders take turns (issues 8, 17) ----------------
 
 
 def _change_every_dockerfile(root: Path) -> None:
@@ -702,73 +706,184 @@ def _change_every_dockerfile(root: Path) -> None:
 
 
 def _no_temporary_tree(root: Path) -> bool:
-    return not [p.name for p in root.iterdir() if p.name.startswith(".images")]
+    """Nothing staged left behind, and none of the folders the old writer swapped."""
+    return not list(root.rglob("*.render.tmp")) and not [p for p in root.iterdir() if p.name.startswith(".images")]
 
 
 def test_a_failure_mid_write_leaves_images_as_it_was(rendered_copy: Rendered, monkeypatch: pytest.MonkeyPatch) -> None:
     root, _ = rendered_copy
     before = _snapshot(root)
     _change_every_dockerfile(root)
-    write_bytes, written = Path.write_bytes, []
+    fsync, synced = os.fsync, list[int]()
 
-    def disk_full_after_five(self: Path, data: bytes) -> int:
-        if len(written) == 5:
-            raise OSError(errno.ENOSPC, "No space left on device", str(self))
-        written.append(self)
-        return write_bytes(self, data)
+    def disk_full_after_five(fd: int) -> None:
+        if len(synced) == 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        synced.append(fd)
+        fsync(fd)
 
-    monkeypatch.setattr(Path, "write_bytes", disk_full_after_five)
+    monkeypatch.setattr(os, "fsync", disk_full_after_five)
     with pytest.raises(InputError) as caught:
         Project(root).write_rendered()
     assert re.fullmatch(
-        r"error: images/: not written, left as it was: No space left on device \(\.images\.new/\S+\)",
+        r"error: images/: not written, left as it was: No space left on device \(images/\S+/Dockerfile\)",
         caught.value.report(),
     ), caught.value.report()
-    assert len(written) == 5
+    assert len(synced) == 5
     assert _snapshot(root) == before
     assert _no_temporary_tree(root)
 
 
-def test_a_failed_swap_puts_the_old_tree_back(rendered_copy: Rendered, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_rename_puts_back_what_was_replaced(rendered_copy: Rendered, monkeypatch: pytest.MonkeyPatch) -> None:
     root, _ = rendered_copy
     before = _snapshot(root)
     _change_every_dockerfile(root)
-    rename = Path.rename
+    replace, renamed = os.replace, list[str | os.PathLike[str]]()
 
-    def refuse_the_new_tree(self: Path, target: str | os.PathLike[str]) -> Path:
-        if Path(target) == root / "images" and self.name == ".images.new":
-            raise OSError(errno.EBUSY, "Device or resource busy", str(self))
-        return rename(self, target)
+    def busy_at_the_fifth(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+        renamed.append(target)
+        if len(renamed) == 5:
+            raise OSError(errno.EBUSY, "Device or resource busy", str(target))
+        replace(source, target)
 
-    monkeypatch.setattr(Path, "rename", refuse_the_new_tree)
+    monkeypatch.setattr(os, "replace", busy_at_the_fifth)
     with pytest.raises(InputError, match=r"^error: images/: not written, left as it was: Device or resource busy"):
         Project(root).write_rendered()
+    assert len(renamed) > 5  # the four replaced were put back
     assert _snapshot(root) == before
     assert _no_temporary_tree(root)
 
 
-def test_a_file_where_a_folder_must_go_does_not_stop_the_render(rendered_copy: Rendered) -> None:
-    # The old writer made 30 files, then failed on a path it could not create and left the rest stale.
+def test_a_file_where_a_folder_must_go_is_named_and_nothing_is_written(rendered_copy: Rendered) -> None:
+    # The first writer made 30 files, then failed on it; the second removed it. It is not render's to remove.
     root, _ = rendered_copy
     shutil.rmtree(root / "images/pytorch")
     (root / "images/pytorch").write_text("not a folder\n", encoding="utf-8")
     _change_every_dockerfile(root)
-    project = Project(root)
-    changed, total = project.write_rendered()
-    assert "removed images/pytorch" in changed
-    assert stale_files(root, project.rendered()) == [] and total == len(project.rendered())
-    assert _no_temporary_tree(root)
+    before = _snapshot(root)
+    with pytest.raises(InputError) as caught:
+        Project(root).write_rendered()
+    assert caught.value.report() == (
+        "Render writes where these are; nothing was written:\n"
+        "error: images/pytorch: a file or a link where render writes a folder; move it away"
+    )
+    assert _snapshot(root) == before
 
 
-def test_a_tree_left_by_a_killed_render_is_replaced(rendered_copy: Rendered) -> None:
+def test_a_linked_folder_is_never_written_through(rendered_copy: Rendered, tmp_path: Path) -> None:
     root, files = rendered_copy
-    (root / ".images.new/pytorch").mkdir(parents=True)
-    (root / ".images.new/pytorch/half-written").write_text("x", encoding="utf-8")
-    (root / ".images.old").mkdir()
+    outside = tmp_path / "outside"
+    shutil.move(root / "images/tensorflow", outside)
+    (root / "images/tensorflow").symlink_to(outside, target_is_directory=True)
+    for dockerfile in outside.glob("*/Dockerfile"):
+        dockerfile.write_text("FROM scratch\n", encoding="utf-8")  # what render would write over
+    before = {p.name: p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+    with pytest.raises(InputError, match="images/tensorflow: a file or a link where render writes a folder"):
+        write_tree(root, files)
+    assert {p.name: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
+
+
+def test_what_a_killed_render_staged_is_removed_and_nothing_else(rendered_copy: Rendered) -> None:
+    root, files = rendered_copy
+    cell = root / "images/pytorch/cuda11.8-torch2.1.2-py3.10-runtime"
+    staged = [cell / ".Dockerfile.k1ll3d.render.tmp", root / "images/assets/.zshrc.x0.render.tmp"]
+    gone = root / "images/pytorch/cuda9.9-torch0.1.0-py3.8-runtime/.cell.json.abc.render.tmp"
+    gone.parent.mkdir()
+    for path in [*staged, gone]:
+        path.write_text("half", encoding="utf-8")
+    another = cell / ".requirements.lock.u5ed.tmp"  # `invoke lock` writing: not render's
+    another.write_text("in progress", encoding="utf-8")
     (root / "images/assets/zshrc").write_text("edited\n", encoding="utf-8")
+    assert [str(p) for p in stale_files(root, files)] == [
+        "images/assets/zshrc: differs from its sources (stale or edited by hand); run `invoke render`",
+        "images/assets/.zshrc.x0.render.tmp: left by a render that was stopped part-way; run `invoke render`",
+        "images/pytorch/cuda11.8-torch2.1.2-py3.10-runtime/.Dockerfile.k1ll3d.render.tmp: left by a render that "
+        "was stopped part-way; run `invoke render`",
+        "images/pytorch/cuda11.8-torch2.1.2-py3.10-runtime/.requirements.lock.u5ed.tmp: not written by render and "
+        "used by no cell; render never removes it",
+        "images/pytorch/cuda9.9-torch0.1.0-py3.8-runtime/.cell.json.abc.render.tmp: left by a render that was "
+        "stopped part-way; run `invoke render`",
+    ]
     assert write_tree(root, files) == ["wrote images/assets/zshrc"]
-    assert stale_files(root, files) == []
+    assert not any(path.exists() for path in [*staged, gone])
+    assert another.read_text(encoding="utf-8") == "in progress"
     assert _no_temporary_tree(root)
+
+
+def _write_locks(folder: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Lock files in `folder` (their content does not matter to render), as (inode, mtime, content) by name."""
+    for name in LOCK_FILES:
+        (folder / name).write_text(f"# {name}\n", encoding="utf-8")
+    return _identities(folder)
+
+
+def _identities(folder: Path) -> dict[str, tuple[int, int, bytes]]:
+    return {
+        p.name: (p.stat().st_ino, p.stat().st_mtime_ns, p.read_bytes()) for p in folder.iterdir() if p.suffix == ".lock"
+    }
+
+
+def test_render_never_rewrites_a_lock(rendered_copy: Rendered) -> None:
+    root, _ = rendered_copy
+    cell = root / "images/pytorch/cuda11.8-torch2.1.2-py3.10-runtime"
+    locks = _write_locks(cell)
+    (root / "images/bases.lock.json").write_text("{}\n", encoding="utf-8")
+    bases = (root / "images/bases.lock.json").stat().st_ino
+    _change_every_dockerfile(root)
+    changed, _ = Project(root).write_rendered()
+    assert f"wrote {cell.relative_to(root)}/Dockerfile" in changed
+    assert _identities(cell) == locks  # the same files, untouched: not copies
+    assert (root / "images/bases.lock.json").stat().st_ino == bases
+    assert not [line for line in changed if ".lock" in line]
+
+
+def test_the_locks_of_a_cell_that_left_the_matrix_are_kept_and_named(
+    rendered_copy: Rendered, caplog: pytest.LogCaptureFixture
+) -> None:
+    root, files = rendered_copy
+    folder = "images/pytorch/cuda11.0-torch1.7.1-py3.8-runtime"
+    locks = _write_locks(root / folder)
+    (root / folder / "notes.txt").write_text("mine\n", encoding="utf-8")
+    left = [f for f in files if not f.path.startswith(f"{folder}/")]  # as if the cell left the matrix
+    with caplog.at_level(logging.INFO, logger="dlimages.render"):
+        assert write_tree(root, left) == [f"removed {folder}/Dockerfile", f"removed {folder}/cell.json"]
+    assert _identities(root / folder) == locks
+    assert (root / folder / "notes.txt").read_text(encoding="utf-8") == "mine\n"
+    kept = [
+        f"{folder}/framework.lock: a lock of no cell in matrix.yaml; render never removes a lock: delete it by hand "
+        "if the cell left the matrix for good",
+        f"{folder}/notes.txt: not written by render and used by no cell; render never removes it",
+        f"{folder}/pip.lock: a lock of no cell in matrix.yaml; render never removes a lock: delete it by hand if "
+        "the cell left the matrix for good",
+        f"{folder}/requirements.lock: a lock of no cell in matrix.yaml; render never removes a lock: delete it by "
+        "hand if the cell left the matrix for good",
+    ]
+    assert caplog.messages == [f"note: kept {line}" for line in kept]
+    assert [str(p) for p in stale_files(root, left)] == kept  # `render --check` fails until someone decides
+    for name in locks:
+        (root / folder / name).unlink()
+    (root / folder / "notes.txt").unlink()
+    assert write_tree(root, left) == [] and stale_files(root, left) == []
+
+
+def test_a_render_waits_for_one_in_progress_and_says_so(
+    rendered_copy: Rendered, caplog: pytest.LogCaptureFixture
+) -> None:
+    root, _ = rendered_copy
+    _change_every_dockerfile(root)
+    results: list[tuple[list[str], int]] = []
+    with caplog.at_level(logging.INFO, logger="dlimages.render"):
+        with rendering(root):
+            second = threading.Thread(target=lambda: results.append(Project(root).write_rendered()))
+            second.start()
+            second.join(timeout=2)
+            assert second.is_alive() and results == []  # it waits, writing nothing
+        second.join(timeout=60)
+    assert len(results) == 1 and results[0][0]
+    assert caplog.messages == [
+        "waiting for another render of this repository to finish (it holds .work/render.lock) ..."
+    ]
+    assert (root / ".work/render.lock").is_file()
 
 
 def test_a_read_only_images_folder_is_an_input_error(rendered_copy: Rendered) -> None:
