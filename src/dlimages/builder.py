@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import re
+import shlex
 import sys
 import textwrap
 import time
@@ -26,7 +27,9 @@ from dlimages.tables import format_table
 log = logging.getLogger(__name__)
 
 TABLE_WIDTH = 100  # the summary table, and the errors and advice under it, fit a terminal this wide
-RUN_HINT = "docker run --gpus all -p 8888:8888 -e JUPYTER_TOKEN=change-me IMAGE"
+# The command to run a built image: JupyterLab on port 8888, and the current folder as /workspace (the image's
+# working folder), so that work outlives the container.
+RUN_ARGV = ("docker", "run", "--rm", "--gpus", "all", "-p", "8888:8888", "-e", "JUPYTER_TOKEN=change-me")
 
 
 @dataclass(frozen=True)
@@ -295,6 +298,18 @@ def all_built(results: Sequence[BuildResult], planned: Sequence[Cell]) -> bool:
     return all(result.ok for result in results) and not unbuilt(results, planned)
 
 
+def next_commands(results: Sequence[BuildResult]) -> str:
+    """The exact command to run each image that was built (its immutable tag: what was just built, not whatever a
+    moving tag names), to copy and paste; empty when nothing was built."""
+    refs = [result.cell.refs[0] for result in results if result.ok]
+    if not refs:
+        return ""
+    lines = [f'  {shlex.join(RUN_ARGV)} -v "$PWD":/workspace {shlex.quote(ref)}' for ref in refs]
+    return "\n".join(
+        ["Next: run it (JupyterLab on http://127.0.0.1:8888, token change-me; this folder is /workspace):", *lines]
+    )
+
+
 def summary_table(results: Sequence[BuildResult], planned: Sequence[Cell] = (), width: int = TABLE_WIDTH) -> str:
     """One short row per planned cell (ok, FAILED (n) or not built; time, size); under it the images built, to
     `docker run`, and, numbered to match, what failed with the line of output that shows it and the ways out. Every
@@ -315,7 +330,7 @@ def summary_table(results: Sequence[BuildResult], planned: Sequence[Cell] = (), 
     blocks = [format_table(["cell", "result", "duration", "size"], rows)]
     built = [ref for result in results if result.ok for ref in result.cell.refs]
     if built:
-        blocks.append("\n".join([f"Built ({RUN_HINT}):", *(f"  {ref}" for ref in built)]))
+        blocks.append("\n".join(["Built (`docker run` below):", *(f"  {ref}" for ref in built)]))
     blocks += [_failure_text(n, result, width) for n, result in enumerate(failed, start=1)]
     if missing:
         blocks.append("Not built: a build before them failed (--keep-going builds the others after a failure).")

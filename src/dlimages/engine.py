@@ -48,6 +48,11 @@ def ensure_engine(
             f"{problem}; not starting one ({NO_SETUP_VARIABLE} or --no-engine-setup): start your Docker engine, "
             f"or run `bash {ENGINE_SCRIPT}`"
         )
+    if os.geteuid() != 0:
+        raise EngineUnavailable(
+            f"{problem}; installing and starting one needs root: `sudo bash {ENGINE_SCRIPT}` once (then a member of "
+            "the docker group needs no root), or start your Docker engine"
+        )
     on_line(f"{problem}: starting one with {ENGINE_SCRIPT} (--no-engine-setup turns this off)")
     code = runner.stream(engine_script_argv(root), on_line)
     problem = runner.engine_problem(buildx=buildx)

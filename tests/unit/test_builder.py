@@ -19,6 +19,7 @@ from dlimages.builder import (
     all_built,
     attempt_of,
     explain_failure,
+    next_commands,
     run_build,
     run_builds,
     summary_table,
@@ -256,3 +257,12 @@ def test_the_summary_table_fits_100_columns_with_real_errors(
     assert any(line.startswith("      - ") for line in lines[second:third])  # ways out, indented under their failure
     # The long error (the whole RUN line) is shortened and wrapped, never one 700-character line.
     assert text.count("/opt/venv/bin/python -m pip install") <= 1
+
+
+def test_after_a_build_the_next_command_runs_the_very_image_built_with_the_folder_mounted(plan: BuildPlan) -> None:
+    assert next_commands([BuildResult(plan.cell, False, 3.0, error="x")]) == ""
+    text = next_commands([BuildResult(plan.cell, True, 3.0)])
+    [command] = [line.strip() for line in text.splitlines()[1:]]
+    # The immutable tag (what was just built, never a moving tag another build may own) and the user's folder.
+    assert command.endswith(f' -v "$PWD":/workspace {plan.cell.refs[0]}') and ":v" in plan.cell.refs[0]
+    assert command.startswith("docker run --rm --gpus all -p 8888:8888 -e JUPYTER_TOKEN=change-me ")

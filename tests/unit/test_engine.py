@@ -67,6 +67,15 @@ def test_no_engine_starts_one_saying_so_in_one_line() -> None:
     assert said[1] == "engine.sh: dockerd answers after 2s"
 
 
+def test_a_user_who_is_not_root_is_told_the_one_command_that_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    host = FakeHost()
+    with pytest.raises(EngineUnavailable) as caught:
+        ensure_engine(ROOT, host.runner, setup=True, on_line=pytest.fail)
+    assert host.scripts == []  # it would only die halfway through an apt-get install
+    assert "needs root: `sudo bash scripts/engine.sh` once" in str(caught.value)
+
+
 def test_setup_turned_off_says_what_to_do_and_starts_nothing() -> None:
     host = FakeHost()
     with pytest.raises(EngineUnavailable) as caught:
