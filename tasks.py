@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import shlex
 import sys
 import tempfile
@@ -21,19 +22,29 @@ from typing import Any, TypeVar
 from invoke import Collection, Context, task
 from invoke.exceptions import Exit
 
-from dlimages import baselock, basesource, inimage
+from dlimages import baselock, basesource, inimage, reportdiff
 from dlimages import ci as ci_plan
 from dlimages import disk as data_disk
 from dlimages import doctor as node_doctor
 from dlimages import lock as lock_files
 from dlimages import repro as reproducibility
-from dlimages import workflows as ci_workflows
+from dlimages import tags as tag_rules
 from dlimages.advice import Remedies
-from dlimages.bake import BAKE_FILE, bake_document, cache_export_problem, cache_problems, render_bake
+from dlimages.bake import (
+    BAKE_FILE,
+    MAX_JOBS,
+    bake_document,
+    cache_export_problem,
+    cache_problems,
+    jobs_from_flags,
+    out_problems,
+    write_bake,
+)
 from dlimages.base import make_base_argv, missing_bases
-from dlimages.builder import all_built, builder_driver, run_bakes, run_builds, summary_table
+from dlimages.builder import all_built, builder_driver, next_commands, run_bakes, run_builds, summary_table
 from dlimages.buildplan import BuildPlan, Secrets, local_bases, plan_run
 from dlimages.cells import Cell
+from dlimages.changes import changed_since
 from dlimages.engine import NO_SETUP_HELP, EngineUnavailable, ensure_engine, setup_allowed
 from dlimages.errors import InputError, Problem
 from dlimages.ledger import LEDGER_FILE, Ledger
@@ -41,7 +52,8 @@ from dlimages.project import Project, find_root
 from dlimages.push import MAX_RETRIES, PushError, PushInterrupted, plan_push, push_image, retries_from_flag
 from dlimages.report import build_report, image_manifest, report_target, write_report
 from dlimages.runner import DEFAULT as RUNNER
-from dlimages.selection import Selection, select
+from dlimages.runner import run_folder
+from dlimages.selection import Selection, flags_for, select
 from dlimages.tables import cells_table, exclusions_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -92,7 +104,7 @@ def _engine(no_engine_setup: bool, *, buildx: bool = True) -> None:
 def _warn_if_short_of_disk(builds: int) -> None:
     """Say so before a long build that the data root may fill up (cached layers need less, so only a warning)."""
     root = data_disk.data_root(RUNNER)
-    warning = data_disk.shortfall(root, data_disk.build_need(builds), reclaimed=False) if root else None
+    warning = data_disk.shortfall(root, data_disk.build_need(builds)) if root else None
     if warning:
         print(
             f"warning: {warning} (a cold build of one cell peaks at about {data_disk.gb(data_disk.COLD_BUILD_PEAK)}, "
@@ -103,30 +115,43 @@ def _warn_if_short_of_disk(builds: int) -> None:
 
 def _make_local_bases(c: Context, images: list[str]) -> None:
     for image in missing_bases(images, RUNNER):
+        if os.geteuid() != 0:  # mmdebstrap --mode=root: the one step of a build that needs root, once per engine
+            raise Exit(f'error: {image} is missing; making it needs root, once: sudo "$(command -v invoke)" base', 1)
         print(f"{image} is missing: making it with `invoke base`")
         base(c, no_engine_setup=True)
 
 
-@task(help={"json": "print a JSON array, one object per cell", "explain": "show every excluded combination and why"})
+@task(
+    help={
+        "json": "print a JSON array, one object per cell (with `flags`, the `invoke build` flags that select it)",
+        "explain": "show every excluded combination and why",
+        "since": "only the cells whose inputs (images/ folder, assets, base digests) changed since this commit; "
+        "empty, or a commit this clone lacks: every cell (stderr says which)",
+    }
+)
 @reports_input_errors
-def matrix(c: Context, json_: bool = False, explain: bool = False) -> None:
+def matrix(c: Context, json_: bool = False, explain: bool = False, since: str | None = None) -> None:
     """Show the valid cells of matrix.yaml (or, with --explain, what was excluded and why)."""
     project = _project()
     expansion = project.expansion
-    locks = {
-        cell.slug: lock_files.lock_state(project.root, cell, project.matrix.packages.pip).status
-        for cell in expansion.cells
-    }
+    cells = expansion.cells
+    if since is not None:
+        changed = changed_since(project.root, cells, since, RUNNER)
+        cells = changed.cells
+        print(changed.note(len(expansion.cells)), file=sys.stderr)
+    locks = {cell.slug: lock_files.lock_state(project.root, cell, project.matrix.packages.pip).status for cell in cells}
     if json_:
-        print(json.dumps([{**cell.as_json(), "lock": locks[cell.slug]} for cell in expansion.cells], indent=2))
+        extra = {cell.slug: {"flags": flags_for(cell), "bootstrap": cell.bootstrap_base} for cell in cells}
+        entries = [{"cell": c.slug, **c.as_json(), **extra[c.slug], "lock": locks[c.slug]} for c in cells]
+        print(json.dumps(entries, indent=2))
     elif explain:
         print(exclusions_text(expansion.excluded))
         print(f"\n{len(expansion.cells)} valid cells, {len(expansion.excluded)} combinations excluded.")
     else:
-        print(cells_table(expansion.cells, locks))
+        print(cells_table(cells, locks))
         unlocked = sum(status != "locked" for status in locks.values())
         print(
-            f"\n{len(expansion.cells)} valid cells ({unlocked} not locked: pip resolves them at build time, so their "
+            f"\n{len(cells)} valid cells ({unlocked} not locked: pip resolves them at build time, so their "
             f"builds are not reproducible); `invoke matrix --explain` shows the {len(expansion.excluded)} excluded."
         )
 
@@ -146,7 +171,8 @@ def render(c: Context, check: bool = False) -> None:
 
 
 JOBS_HELP = {
-    "jobs": "build N cells at once through `docker buildx bake` on the current builder (default 1: one by one)",
+    "jobs": f"build N cells at once (1 to {MAX_JOBS}) through `docker buildx bake` on the current builder "
+    "(default 1: one by one)",
     "cache_from": "with --jobs: import layers from this cache, e.g. type=registry,ref=HOST/NAME:cache",
     "cache_to": "with --jobs: export layers to this cache (type=registry,...: not on the docker driver, which "
     "exports only type=inline; use a docker-container, remote or kubernetes builder)",
@@ -186,7 +212,7 @@ def build(
     netrc: str | None = None,
     keep_going: bool = False,
     no_engine_setup: bool = False,
-    jobs: int = 1,
+    jobs: str = "1",  # text, checked by the package: a wrong type is exit 2, not Invoke's traceback
     cache_from: str | None = None,
     cache_to: str | None = None,
 ) -> None:
@@ -194,19 +220,13 @@ def build(
     project = _project()
     cells = select(project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor))
     secrets = Secrets.from_flags(ca_bundle, netrc)
-    problems = cache_problems("--cache-from", cache_from) + cache_problems("--cache-to", cache_to)
-    if jobs < 1:
-        problems.append(Problem("--jobs", f"{jobs} is not a number of builds", "1 or more"))
-    if jobs == 1 and (cache_from or cache_to):
-        problems.append(Problem("--cache-from/--cache-to", "only with --jobs 2 or more (they go to bake)"))
-    if problems:
-        raise InputError(problems)
+    parallel = jobs_from_flags(jobs, cache_from, cache_to)
     plans = _plans(project, cells, mirror, secrets, base_registry, resolve_bases=False)  # every flag checked
     if dry_run:
         print("\n\n".join(plan.describe() for plan in plans))
         return
     _engine(no_engine_setup)  # installs skopeo too, which asks a base registry for digests
-    refused = cache_export_problem(builder_driver(RUNNER), cache_to) if jobs > 1 else None
+    refused = cache_export_problem(builder_driver(RUNNER), cache_to) if parallel > 1 else None
     if refused:
         raise Exit(refused, code=2)
     plans = _plans(project, cells, mirror, secrets, base_registry)
@@ -214,12 +234,12 @@ def build(
     _warn_if_short_of_disk(len(plans))
     try:
         remedies = Remedies.from_matrix(project.matrix, project.expansion.cells)
-        if jobs > 1:
+        if parallel > 1:
             results = run_bakes(
                 plans,
                 project.root,
-                Path(tempfile.gettempdir()) / "dlimages",
-                jobs=jobs,
+                run_folder(),
+                jobs=parallel,
                 keep_going=keep_going,
                 remedies=remedies,
                 cache_from=[cache_from] if cache_from else [],
@@ -233,6 +253,8 @@ def build(
         ) from None
     print("\n" + summary_table(results, cells))
     Ledger(project.root).record(results)
+    if next_commands(results):
+        print("\n" + next_commands(results))
     if not all_built(results, cells):
         raise Exit(code=1)
 
@@ -247,7 +269,8 @@ def build(
         "netrc": "netrc file with private-index credentials (a BuildKit secret: the file names its path only)",
         "cache_from": "add this cache import to every target, e.g. type=registry,ref=HOST/NAME:cache",
         "cache_to": "add this cache export to every target (not on the docker driver but type=inline)",
-        "out": f"the bake file to write (default {BAKE_FILE}; its paths are relative to the repository root)",
+        "out": f"the bake file to write (default {BAKE_FILE}; its paths are relative to the repository root): a new "
+        "file, one `invoke bake` wrote, or any under .work/; never a file git tracks",
     },
 )
 @reports_input_errors
@@ -271,8 +294,7 @@ def bake(
     cells = select(project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor))
     secrets = Secrets.from_flags(ca_bundle, netrc)
     problems = cache_problems("--cache-from", cache_from) + cache_problems("--cache-to", cache_to)
-    if not out.strip() or Path(out).is_dir():
-        problems.append(Problem("--out", f"{out!r} is not a file name", "a file to write, e.g. docker-bake.json"))
+    problems += out_problems(out, project.root, RUNNER)
     if problems:
         raise InputError(problems)
     plans = _plans(project, cells, mirror, secrets, base_registry, resolve_bases=False)
@@ -282,8 +304,7 @@ def bake(
     document = bake_document(
         plans, cache_from=[cache_from] if cache_from else [], cache_to=[cache_to] if cache_to else []
     )
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(render_bake(document))
+    write_bake(out, document)
     print(f"{out}: {len(plans)} target(s); from here, `docker buildx bake --file {shlex.quote(out)}` builds them")
 
 
@@ -296,7 +317,7 @@ def _plans(
     *,
     resolve_bases: bool = True,
 ) -> list[BuildPlan]:
-    workdir = Path(tempfile.gettempdir()) / "dlimages"
+    workdir = run_folder()
     try:
         return plan_run(
             project.root,
@@ -333,18 +354,25 @@ def repro(
     against: str | None = None,
     dockerfile: str | None = None,
     context: str | None = None,
-    mirror: str = "none",
+    mirror: str | None = None,  # None, not "none": --dockerfile refuses a --mirror given, even `--mirror none`
     base_registry: str | None = None,
     ca_bundle: str | None = None,
     no_engine_setup: bool = False,
 ) -> None:
     """Prove a build reproducible: build it cold twice (or once --against an image) and name every difference."""
     project = _project()
-    workdir = Path(tempfile.gettempdir()) / "dlimages"
+    cell_flags = {"--cuda": cuda, "--torch": torch, "--tf": tf, "--python": python, "--flavor": flavor}
+    cell_flags |= {"--mirror": mirror, "--base-registry": base_registry, "--ca-bundle": ca_bundle}
+    problems = reproducibility.flag_problems(dockerfile, context, against, cell_flags)
+    if problems:
+        raise InputError(problems)
+    mirror = "none" if mirror is None else mirror
+    workdir = run_folder()
     if dockerfile is not None:
+        build = reproducibility.dockerfile_build(*reproducibility.dockerfile_flags(dockerfile, context))
         _engine(no_engine_setup)
         name, dirty = dockerfile, False
-        builds = [(name, reproducibility.dockerfile_build(*reproducibility.dockerfile_flags(dockerfile, context)))]
+        builds = [(name, build)]
     else:
         cells = select(project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor))
         secrets = Secrets.from_flags(ca_bundle, None)
@@ -498,13 +526,13 @@ def bases_mirror(
         project.matrix, project.expansion, Selection.from_flags(cuda, torch, tf, python, flavor), defaults=False
     )
     extra = inimage.check_images(image or [])
-    basesource.mirror_copies([], to, baselock.BaseLock(), extra, local=lambda _: False)  # exit 2 before the engine
     lock = baselock.BaseLock.load(project.root / baselock.LOCK_FILE)
+    basesource.mirror_copies(cells, to, lock, extra, local=lambda _: False)  # every problem is exit 2 before the engine
     if not dry_run:
         _engine(no_engine_setup, buildx=False)
         _make_local_bases(c, [cell.base_image for cell in cells if cell.bootstrap_base])
     copies = basesource.mirror_copies(cells, to, lock, extra, local=RUNNER.image_exists)
-    workdir = Path(tempfile.gettempdir()) / "dlimages"
+    workdir = run_folder()
     if dry_run:
         print("\n".join(shlex.join(argv) for item in copies for argv in item.commands(workdir)))
         return
@@ -542,6 +570,10 @@ def test(c: Context, image: list[str], no_engine_setup: bool = False) -> None:
         "retries": f"retries for transient failures, 0 to {MAX_RETRIES} (backoff doubles from 2 s)",
         "force_overwrite": "replace another image a registry already has under an immutable tag (never needed for "
         "moving tags such as v1.0)",
+        "git_ref": "for CI, with --default-branch and --commit: the git ref built (e.g. refs/heads/main); only the "
+        "default branch publishes release tags, any other ref each cell's immutable tag with the commit appended",
+        "default_branch": "for CI: the repository's default branch, e.g. main (with --git-ref)",
+        "commit": "for CI: the commit built, its full SHA (with --git-ref)",
         **ENGINE_HELP,
     },
 )
@@ -553,6 +585,9 @@ def push(
     report: str = ".work/build-report.json",
     retries: str = "3",  # text, checked by the package: a wrong type is exit 2, not Invoke's traceback
     force_overwrite: bool = False,
+    git_ref: str | None = None,
+    default_branch: str | None = None,
+    commit: str | None = None,
     no_engine_setup: bool = False,
 ) -> None:
     """Push built images to registries, verify each digest by pulling it back, write the build report."""
@@ -560,14 +595,17 @@ def push(
     if not registry:
         raise InputError([Problem("--registry", "give at least one registry", "HOST[:PORT], e.g. 127.0.0.1:5000")])
     attempts, report_path = retries_from_flag(retries), report_target(ledger.root, report)
-    refs = image or ledger.built_refs(every_tag=True)
-    if not refs:
+    origin = tag_rules.Origin.from_flags(git_ref, default_branch, commit)
+    moving = ledger.moving_refs()
+    names = tag_rules.published_refs(image or ledger.built_refs(every_tag=True), moving, origin)
+    if not names:
         raise InputError([Problem("--image", "no image given and no successful `invoke build` recorded")])
-    plan_push(refs, registry)  # every bad ref or registry is exit 2 before anything starts
+    refs = list(names)
+    plan_push(refs, registry, names)  # every bad ref or registry is exit 2 before anything starts
     _engine(no_engine_setup, buildx=False)
     try:
         results = push_image(
-            refs, registry, retries=attempts, moving=ledger.moving_refs(), force_overwrite=force_overwrite
+            refs, registry, retries=attempts, moving=moving, force_overwrite=force_overwrite, names=names
         )
         manifests = {ref: image_manifest(ref) for ref in dict.fromkeys(r.ref for r in results)}
     except PushInterrupted as stopped:
@@ -630,11 +668,8 @@ def bench(
     if image is None:
         raise InputError([Problem("--image", "give the image to benchmark")])
     [ref] = inimage.check_images([image])
+    command = inimage.bench_command(batch_size, modes or None, gpus)  # exit 2 here, not "skipped" in the image
     _engine(no_engine_setup, buildx=False)
-    # FLAG=VALUE: a value such as --help stays a value that dl-bench refuses (exit 2), never becomes an option.
-    command = ["dl-bench", "--json", *(f"--batch-size={size}" for size in batch_size.split(","))]
-    command += [f"--modes={modes}"] if modes else []
-    command += [f"--gpus={gpus}"] if gpus else []  # dl-bench checks the value (exit 2 for anything else)
     code = inimage.run_in_image(RUNNER, ref, command, gpus=True, on_line=_print_line)
     if code:
         raise Exit(f"{ref}: dl-bench exit {code} ({inimage.meaning(code)})", code=code)
@@ -661,36 +696,19 @@ def doctor(
     print(json.dumps(rows, indent=2) if json_ else node_doctor.format_report(rows, node))
 
 
-@task(
-    help={
-        "reclaim": "give back leaked layers, dangling images and BuildKit's cache (tagged images are kept); with "
-        "--need, only until that much is free",
-        "need": "exit 1 unless at least this many GB are free on the data root (after --reclaim)",
-        **ENGINE_HELP,
-    }
-)
+@task(help={"need": "exit 1 unless at least this many GB are free on the data root", **ENGINE_HELP})
 @reports_input_errors
-def disk(c: Context, reclaim: bool = False, need: int = 0, no_engine_setup: bool = False) -> None:
-    """What the engine holds on its data root, what is free, and the layers it lost track of (--reclaim frees them)."""
-    if need < 0:
-        raise InputError([Problem("--need", f"{need} is not a size", "0 or more GB")])
+def disk(c: Context, need: str = "0", no_engine_setup: bool = False) -> None:
+    """Where the engine keeps its data, what is free, what it holds, and the commands that give space back."""
+    needed = data_disk.need_from_flag(need)
     _engine(no_engine_setup, buildx=False)
     root = data_disk.data_root(RUNNER)
     if root is None:
         raise Exit("error: the Docker engine did not say where it keeps its data (`docker info` failed)", code=1)
-    if reclaim:
-        done = data_disk.reclaim(RUNNER, root, need=need * data_disk.GB)
-        for what, size in done.steps:
-            print(f"reclaimed {data_disk.gb(size)}: {what}")
-        print(f"reclaimed {data_disk.gb(done.total)} in all")
-        for what in done.kept:
-            print(f"kept the {what}")
-        for failure in done.failures:
-            print(f"warning: {failure}")
-    print("\n".join(data_disk.usage(RUNNER, root).describe()))
-    shortfall = data_disk.shortfall(root, need * data_disk.GB, reclaimed=reclaim)
-    if shortfall:
-        raise Exit(f"error: {shortfall}", code=1)
+    print("\n".join(data_disk.describe(root, data_disk.system_df(RUNNER))))
+    short = data_disk.shortfall(root, needed)
+    if short:
+        raise Exit(f"error: {short}", code=1)
 
 
 @task
@@ -704,69 +722,55 @@ def check(c: Context) -> None:
 def _print_free_space(after: str) -> None:
     """One line per CI step, so that a run's disk use can be read from its log."""
     root = data_disk.data_root(RUNNER)
-    if root is not None and root.local:
-        print(f"##### disk after {after}: {data_disk.gb(root.free_bytes)} free on {root.path}", flush=True)
+    if root is not None and root.free is not None:
+        print(f"##### disk after {after}: {data_disk.gb(root.free)} free on {root.path}", flush=True)
 
 
 @task
 def ci(c: Context) -> None:
-    """End to end (README's test command, run by CI): engine, checks, real builds, push, image and GPU tests."""
+    """End to end (README's test command, run by CI): an engine of its own, checks, real builds, push, the user's
+    commands as an unprivileged user, image and GPU tests; the engine and its data root are deleted at the end."""
+    if os.geteuid() != 0:
+        raise Exit("error: `invoke ci` starts an engine of its own and creates a user: run it as root", code=2)
     root = _project().root
+    engine = Path(tempfile.mkdtemp(prefix=ci_plan.ENGINE_PREFIX, dir=ci_plan.ENGINE_PARENT))
+    os.environ["DOCKER_HOST"] = f"unix://{engine}/docker.sock"  # every step below, and the image tests
     timings: list[tuple[str, float]] = []
     try:
-        for step in ci_plan.end_to_end(root):
+        for step in ci_plan.end_to_end(root, engine):
             print(f"\n##### {step.name}: {step.command}", flush=True)
             start = time.monotonic()
             c.run(step.command, pty=False)
             timings.append((step.name, time.monotonic() - start))
             _print_free_space(step.name)
-    finally:
-        for step in ci_plan.cleanup(root):
-            c.run(step.command, warn=True, hide=True)
         print("\n" + "\n".join(f"{name:>40}: {seconds:7.1f} s" for name, seconds in timings), flush=True)
-    _print_free_space("cleanup")
-    # Last, so that pytest's closing line is the run's verdict (GPU tests: skipped without a GPU, never passed).
-    c.run(ci_plan.image_tests(root, sys.executable, Ledger(root).built_refs()).command, pty=False)
-
-
-@task(help={"check": "do not write; fail if .github/workflows/ is stale, hand-edited or missing a file"})
-@reports_input_errors
-def workflows_write(c: Context, check: bool = False) -> None:
-    """Write .github/workflows/ from matrix.yaml: the quick gate, one image job per cell, the GPU node, weekly."""
-    project = _project()
-    files = ci_workflows.generate(project.expansion.cells)
-    if check:
-        count = ci_workflows.check_workflows(project.root, files)
-        print(f"{ci_workflows.WORKFLOWS_DIR}/ is up to date ({count} files).")
-        return
-    changed = ci_workflows.write_workflows(project.root, files)
-    print("\n".join([*changed, f"{len(changed)} of {len(files)} workflow files changed."]))
+        # Last, so that pytest's closing line is the run's verdict (GPU tests: skipped without a GPU, never passed).
+        c.run(ci_plan.image_tests(root, sys.executable, Ledger(root).built_refs()).command, pty=False)
+    finally:
+        for step in ci_plan.cleanup(root, engine):
+            c.run(step.command, warn=True, hide=True)
 
 
 @task(
     help={
-        "before": "folder of the previous build reports (JSON, searched recursively); missing or empty: no comparison",
-        "after": "folder of this build's reports (JSON, as `invoke push --report` writes them)",
+        "before": "folder of the previous build reports (*.json, searched below it); missing or empty: no comparison",
+        "after": "folder of this build's reports (as `invoke push --report` writes them)",
     }
 )
 @reports_input_errors
-def workflows_changes(c: Context, before: str | None = None, after: str | None = None) -> None:
+def package_diff(c: Context, before: str = "", after: str = "") -> None:
     """Print, as Markdown, which pip and dpkg packages each cell's image changed between two sets of build reports."""
     if not after:
         raise InputError([Problem("--after", "give the folder of this build's reports")])
-    new = ci_workflows.load_reports(Path(after), "--after")
-    if not new:
-        raise InputError([Problem("--after", f"no build report (*.json) under {after!r}")])
-    old = ci_workflows.load_reports(Path(before), "--before") if before else []
-    print(ci_workflows.diff_markdown(ci_workflows.report_diff(old, new), compared=bool(old)), end="")
+    new = reportdiff.load_reports(after, "--after", required=True)
+    old = reportdiff.load_reports(before, "--before", required=False)
+    print(reportdiff.diff_markdown(reportdiff.report_diff(old, new), compared=bool(old)), end="")
 
 
 bases = Collection("bases")
 bases.add_task(bases_list, name="list", default=True)
 bases.add_task(bases_mirror, name="mirror")
-workflows = Collection("workflows")
-workflows.add_task(workflows_write, name="write", default=True)
-workflows.add_task(workflows_changes, name="changes")
 namespace = Collection(
-    matrix, render, build, bake, repro, lock, base, bases, test, push, smoke, bench, doctor, disk, check, ci, workflows
+    matrix, render, build, bake, repro, lock, base, bases, test, push, smoke, bench, doctor, disk, check, ci
 )
+namespace.add_task(package_diff)

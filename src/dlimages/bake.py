@@ -12,9 +12,13 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from dlimages.buildplan import BuildPlan
-from dlimages.errors import Problem
+from dlimages.errors import InputError, Problem
+from dlimages.files import write_atomic
+from dlimages.grammar import count_problem
+from dlimages.runner import Runner
 
 BAKE_FILE = ".work/docker-bake.json"  # .work/ is ignored by git: a file in the tree would mark the next build -dirty
 GROUP = "default"
@@ -167,3 +171,93 @@ def cache_export_problem(driver: str, cache_to: str | None) -> str | None:
         "type=inline; create a builder that can (`docker buildx create --use --driver docker-container`, or "
         "--driver remote/kubernetes), or drop --cache-to"
     )
+
+
+# --- invoke build --jobs: how many cells one bake builds ------------------------------------------------------
+
+MAX_JOBS = 64  # more cells at once than a builder runs; a typo such as 10**30 stays a usage error
+
+
+def jobs_from_flags(jobs: str, cache_from: str | None, cache_to: str | None) -> int:
+    """`invoke build --jobs` as typed (text: Invoke's own int() ends 'abc' in a traceback and reads '\uff11' as 1),
+    checked with the cache flags that go with it; InputError naming every problem."""
+    problems = cache_problems("--cache-from", cache_from) + cache_problems("--cache-to", cache_to)
+    said = count_problem(jobs, 1, MAX_JOBS)
+    if said is not None:
+        problems.append(Problem("--jobs", said))
+    elif int(jobs) == 1 and (cache_from or cache_to):
+        problems.append(Problem("--cache-from/--cache-to", "only with --jobs 2 or more (they go to bake)"))
+    if problems:
+        raise InputError(problems)
+    return int(jobs)
+
+
+# --- invoke bake --out: where the bake file may go ------------------------------------------------------------
+
+OUT_ALLOWED = f"a new file, a bake file `invoke bake` wrote, or any file under .work/ (default {BAKE_FILE})"
+WORK_DIR = ".work"  # ignored by git: the repository's scratch folder
+_MAX_BAKE_BYTES = 16 << 20  # far above the bake file of every cell of the matrix (a few hundred KB)
+
+
+def out_problems(out: str, root: Path, runner: Runner) -> list[Problem]:
+    """What keeps `invoke bake --out` from writing `out` (relative to the current folder): nothing empty, no
+    folder, no file git tracks in the repository at `root` (`git ls-files`, through `runner`), no existing file
+    but a bake file this task wrote or one under .work/, and a folder this process may write in. Checked before
+    anything is planned or written."""
+
+    def problem(message: str) -> list[Problem]:
+        return [Problem("--out", f"{out!r} {message}", OUT_ALLOWED)]
+
+    if not out.strip():
+        return problem("is not a file name")
+    if not out.isprintable():
+        return problem("has a control character")
+    path = Path(out)
+    try:
+        if path.is_dir():
+            return problem("is a folder")
+        if path.exists() and not path.is_file():
+            return problem("is not a regular file (a device or a pipe)")
+        resolved, top = path.resolve(), root.resolve()
+        if resolved.is_relative_to(top) and _tracked(top, resolved.relative_to(top), runner):
+            return problem("is a file git tracks: the bake file would overwrite it")
+        if path.is_file() and not resolved.is_relative_to(top / WORK_DIR) and not _written_by_bake(path):
+            return problem("exists and is not a bake file `invoke bake` wrote")
+        folder = next(parent for parent in path.absolute().parents if os.path.lexists(parent))
+        if not folder.is_dir():
+            return problem(f"cannot be made: {folder} is a file, not a folder")
+        if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            return problem("cannot be written here: permission denied")
+    except OSError as error:  # e.g. a name longer than the file system allows
+        return problem(f"cannot be looked at: {error.strerror or error}")
+    return []
+
+
+def _tracked(root: Path, relative: Path, runner: Runner) -> bool:
+    # Literal pathspecs: a name such as '*.yaml' asks about that name, not about every YAML file.
+    done = runner(["git", "--literal-pathspecs", "-C", str(root), "ls-files", "--error-unmatch", "--", str(relative)])
+    return done.ok  # 1: not tracked; 128: not a git checkout; 127: no git (nothing tracks it then)
+
+
+def _written_by_bake(path: Path) -> bool:
+    """Whether `path` holds a bake file as `render_bake` writes it (a `default` group and targets, nothing else)."""
+    try:
+        with path.open("rb") as handle:
+            document = json.loads(handle.read(_MAX_BAKE_BYTES + 1))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return (
+        isinstance(document, dict)
+        and document.keys() == {"group", "target"}
+        and isinstance(document["group"], dict)
+        and GROUP in document["group"]
+    )
+
+
+def write_bake(out: str, document: Mapping[str, object]) -> None:
+    """Write the bake file atomically; InputError naming --out when the system refuses what `out_problems` could
+    not see coming (a read-only mount, a kernel file system, a full disk)."""
+    try:
+        write_atomic(Path(out), render_bake(document))
+    except OSError as error:
+        raise InputError([Problem("--out", f"{out!r} cannot be written: {error.strerror or error}")]) from None

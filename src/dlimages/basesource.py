@@ -3,12 +3,14 @@
 
 One rule maps a base to any registry prefix: PREFIX + "/" + its Docker Hub path, `ubuntu:22.04` ->
 `PREFIX/library/ubuntu:22.04`, `nvidia/cuda:T` -> `PREFIX/nvidia/cuda:T` (the form DaoCloud's mirror and Harbor
-projects use); a base named with another registry keeps that host as its first path part. Deciding is pure
+projects use); a base named with another registry keeps that host as its first path part (lowercase, a port
+after '_': `localhost:5000/lab/x:1` -> `PREFIX/localhost_5000/lab/x:1`). Deciding is pure
 (`BaseSource`, `choose`, `mirror_copies`); `resolve` and `copy` run skopeo through a `Runner`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from dlimages import advice
 from dlimages.baselock import BaseLock, Resolved, registry_is_loopback, resolve_digest, unpinned_warning
 from dlimages.cells import Cell
 from dlimages.errors import InputError, Problem
+from dlimages.grammar import REFERENCE_ALLOWED, reference_problem
 from dlimages.references import registry_problems, split_tag
 from dlimages.runner import Runner
 from dlimages.spec import Matrix
@@ -36,12 +39,32 @@ def _registry_host(ref: str) -> str | None:
 
 def registry_path(ref: str) -> str:
     """The path a base gets under any registry prefix: its Docker Hub path (`library/` for official images), or,
-    for a base named with another registry, that registry and its path."""
+    for a base named with another registry, that registry (as one path part: `_host_part`) and its path."""
     host = _registry_host(ref)
     if host is not None and host not in _HUB_ALIASES:
-        return ref
+        return f"{_host_part(host)}/{ref.split('/', 1)[1]}"
     name = ref.split("/", 1)[1] if host is not None else ref
     return name if "/" in split_tag(name.split("@", 1)[0])[0] else f"library/{name}"
+
+
+def _host_part(host: str) -> str:
+    """A registry host as one path part of another registry's names, where docker's grammar allows lowercase
+    letters, digits and '.', '_', '-' between them, and no ':' (skopeo refused `PREFIX/localhost:5000/x:1` as an
+    invalid reference): lowercased (host names are case-insensitive), the port after '_' (a host name has no '_',
+    so no other host reads the same), an IPv6 address written out in full with '-' between its groups."""
+    name, port = host, ""
+    if host.startswith("["):
+        address, _, rest = host[1:].partition("]")
+        port = rest.removeprefix(":")
+        try:
+            address = ipaddress.IPv6Address(address).exploded
+        except ValueError:
+            pass  # the reference check of the whole destination refuses what this leaves invalid
+        name = "ipv6-" + address.replace(":", "-")
+    elif ":" in host:
+        name, _, port = host.rpartition(":")
+    name = name.lower()
+    return f"{name}_{port}" if port else name
 
 
 def qualified(ref: str) -> str:
@@ -130,7 +153,18 @@ def choose(cell: Cell, source: BaseSource, lock: BaseLock) -> BaseChoice:
 
 
 def choose_all(cells: Iterable[Cell], source: BaseSource, lock: BaseLock) -> dict[str, BaseChoice]:
-    return {cell.slug: choose(cell, source, lock) for cell in cells}
+    """Each cell's base; InputError, naming where the registry came from, for a name under it that docker would
+    refuse (e.g. longer than 255 characters)."""
+    choices = {cell.slug: choose(cell, source, lock) for cell in cells}
+    by_base = {cell.base_image: choices[cell.slug].name for cell in cells if source.applies(cell)}
+    problems = [
+        Problem(source.origin, f"with {base} makes {_shown(name)}, which {problem}", REFERENCE_ALLOWED)
+        for base, name in by_base.items()
+        if (problem := reference_problem(name)) is not None
+    ]
+    if problems:
+        raise InputError(problems)
+    return choices
 
 
 class BaseUnavailable(Exception):
@@ -189,7 +223,8 @@ class Copy:
         copy.append(f"--dest-tls-verify={_tls(self.destination)}")
         if not self.local:
             # --all with --preserve-digests: the copy is byte for byte, so tag@digest pins it as it pinned upstream.
-            copy += ["--all", "--preserve-digests", f"--src-tls-verify={_tls(self.source)}", f"docker://{self.source}"]
+            source = f"docker://{by_digest(self.source)}"
+            copy += ["--all", "--preserve-digests", f"--src-tls-verify={_tls(self.source)}", source]
             return [[*copy, f"docker://{self.destination}"]]
         archive = workdir / "copy.tar"
         save = ["docker", "image", "save", "--output", str(archive), self.source]
@@ -200,12 +235,33 @@ def _tls(ref: str) -> str:
     return "false" if registry_is_loopback(ref) else "true"
 
 
+def _shown(ref: str) -> str:
+    return repr(ref) if len(ref) <= 100 else f"a name of {len(ref)} characters"
+
+
+def by_digest(ref: str) -> str:
+    """`name:tag@digest` as skopeo takes it, `name@digest`: containers/image refuses a reference with both ("Docker
+    references with both a tag and digest are currently not supported"), and the digest alone names the same bytes."""
+    name, at, digest = ref.partition("@")
+    return f"{split_tag(name)[0]}@{digest}" if at else ref
+
+
+def mirror_destination(to: str, ref: str) -> str:
+    """Where `invoke bases.mirror --to TO` copies `ref`: TO/<path>:<tag> (`registry_path`), or, for a reference by
+    digest alone, TO/<path>@<digest>: skopeo makes `:latest` of a name without either, and a copy with
+    --preserve-digests is served under the digest it had."""
+    name, at, digest = ref.partition("@")
+    path = registry_path(name)
+    return f"{to}/{path}@{digest}" if at and split_tag(name)[1] is None else f"{to}/{path}"
+
+
 def mirror_copies(
     cells: Iterable[Cell], to: str, lock: BaseLock, extra: Iterable[str], local: Callable[[str], bool]
 ) -> list[Copy]:
     """What `invoke bases.mirror --to` copies: each base the cells use (by its recorded digest when there is one;
     the bases made here from this engine), then each `extra` image (from this engine when `local(ref)` says it is
-    there, else from its registry), each to TO/<path>:<tag>, each once."""
+    there and `ref` names no digest, else from its registry), each to `mirror_destination`, each once. InputError
+    for a destination docker would refuse (e.g. longer than 255 characters), before skopeo is asked."""
     problems = registry_problems(to, where="--to")
     if problems:
         raise InputError(problems)
@@ -214,7 +270,7 @@ def mirror_copies(
     for cell in cells:
         if "@" in cell.base_image and not cell.bootstrap_base:
             name = cell.base_image.split("@", 1)[0]
-            copies.setdefault(name, Copy(cell.base_image, f"{to}/{registry_path(name)}"))
+            copies.setdefault(name, Copy(cell.base_image, mirror_destination(to, cell.base_image)))
         else:
             pinned = lock.pinned(cell.base_image)
             copies.setdefault(
@@ -222,9 +278,18 @@ def mirror_copies(
                 Copy(pinned or cell.base_image, target.ref_for(cell), local=cell.bootstrap_base),
             )
     for ref in extra:
-        if split_tag(ref.split("@", 1)[0])[1] is None and "@" not in ref:
-            raise InputError([Problem(f"--image {ref!r}", "has no :tag", "an image reference with a tag")])
-        copies.setdefault(ref, Copy(ref, f"{to}/{registry_path(ref.split('@', 1)[0])}", local=local(ref)))
+        name, at, _ = ref.partition("@")
+        if split_tag(name)[1] is None and not at:
+            raise InputError([Problem(f"--image {ref!r}", "has no :tag or @digest", "an image reference with either")])
+        # A digest names what a registry serves; an archive of this engine's copy would be re-encoded under another.
+        copies.setdefault(ref, Copy(ref, mirror_destination(to, ref), local=not at and local(ref)))
+    problems = [
+        Problem("--to", f"with {item.source} makes {_shown(item.destination)}, which {problem}", REFERENCE_ALLOWED)
+        for item in copies.values()
+        if (problem := reference_problem(item.destination)) is not None
+    ]
+    if problems:
+        raise InputError(problems)
     return list(copies.values())
 
 
@@ -242,7 +307,8 @@ class Copied:
     def __str__(self) -> str:
         if self.digest is None:
             return f"NOT copied {self.copy.source} -> {self.copy.destination}: {self.problem}"
-        return f"copied {self.copy.source} -> {self.copy.destination}@{self.digest} ({self.seconds:.0f} s)"
+        served = self.copy.destination if "@" in self.copy.destination else f"{self.copy.destination}@{self.digest}"
+        return f"copied {self.copy.source} -> {served} ({self.seconds:.0f} s)"
 
 
 def copy(item: Copy, runner: Runner, workdir: Path, on_line: Callable[[str], None]) -> Copied:

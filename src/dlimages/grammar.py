@@ -14,6 +14,10 @@ VERSION = re.compile(r"[0-9]+(\.[0-9]+)*")
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
 _HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+# A DNS name (RFC 1035 section 2.3.4, RFC 1123 section 2.1): at most 63 characters a label, 253 in all (255 octets
+# on the wire, less the length byte of the first label and the final root label).
+MAX_HOST_LABEL = 63
+MAX_HOST = 253
 _HOST = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*|\[[0-9A-Fa-f:.]+\]")
 # Unreserved characters of RFC 3986 and '/', plus %XX escapes: nothing a shell, sed or a Dockerfile reads specially.
 _URL_CHAR = r"[A-Za-z0-9._~+=,-]"
@@ -115,6 +119,44 @@ def _parse_reference(value: str) -> tuple[str | None, re.Match[str] | None]:
     if match is None:
         return "is not an image reference: lowercase path parts separated by '/', then an optional :tag", None
     return None, match
+
+
+def host_problem(host: str) -> str | None:
+    """What breaks a registry host name's DNS limits (63 characters a label, 253 in all), or None. An IPv6
+    address in brackets has none to break."""
+    if host.startswith("["):
+        return None
+    if len(host) > MAX_HOST:
+        return f"has a host name of {len(host)} characters; DNS allows {MAX_HOST}"
+    longest = max(host.split("."), key=len)
+    if len(longest) > MAX_HOST_LABEL:
+        return f"has a host name part of {len(longest)} characters; DNS allows {MAX_HOST_LABEL}"
+    return None
+
+
+# A project name as PEP 508 writes it (and PyPI accepts it): ASCII letters and digits, with '.', '_', '-' inside.
+PROJECT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+MAX_PROJECT_NAME = 100
+PROJECT_NAME_ALLOWED = "a PyPI project name: ASCII letters and digits, with '.', '_' or '-' inside, e.g. numpy"
+
+
+def project_name_problem(value: str) -> str | None:
+    """What is wrong with a Python package (PyPI project) name given on the command line, or None."""
+    if not value:
+        return "is empty"
+    if len(value) > MAX_PROJECT_NAME:
+        return f"is longer than {MAX_PROJECT_NAME} characters"
+    if not PROJECT_NAME.fullmatch(value):  # fullmatch: a final newline does not slip through as it does with `$`
+        return "is not a package name"
+    return None
+
+
+def count_problem(value: str, least: int, most: int) -> str | None:
+    """What is wrong with a whole number typed as a flag, or None: ASCII digits only (int() also reads '\uff11',
+    '\u0663', ' 3' and '1_000') and from `least` to `most`."""
+    if not re.fullmatch(r"[0-9]{1,9}", value) or not least <= int(value) <= most:
+        return f"is {value[:40]!r}, not a whole number from {least} to {most} in ASCII digits"
+    return None
 
 
 def version_problem(value: str) -> str | None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from dlimages.errors import InputError
-from dlimages.payload.dl_stack import EXIT_FAILED, EXIT_PASSED, EXIT_SKIPPED, EXIT_USAGE
+from dlimages.errors import InputError, Problem
+from dlimages.payload import dl_bench
+from dlimages.payload.dl_stack import EXIT_FAILED, EXIT_PASSED, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from dlimages.references import image_problems
 from dlimages.runner import Runner
 
@@ -32,6 +33,49 @@ def check_images(refs: Iterable[str], where: str = "--image") -> list[str]:
     if problems:
         raise InputError(problems)
     return wanted
+
+
+def bench_command(batch_size: str, modes: str | None, gpus: str | None) -> list[str]:
+    """dl-bench's command line for `invoke bench`, its flags checked first with dl-bench's own parsers, as its main()
+    uses them (the payload can import nothing from this package; this package imports the payload's rules), so a
+    usage error is exit 2 naming the flag before any engine, not "skipped, 77" from a host without a GPU.
+    `batch_size`: comma-separated N or MODE=N; `modes`: comma-separated; `gpus`: N or all. Each is passed as
+    FLAG=VALUE: a value such as --help stays a value, never becomes an option."""
+    sizes = batch_size.split(",")
+    problems: list[Problem] = []
+    count: int | None = 1
+    try:
+        count = dl_bench.parse_gpus(gpus) if gpus is not None else 1
+    except UsageError as error:
+        problems.append(_bench_problem("--gpus", error))
+    chosen = list(dl_bench.MODES)
+    try:
+        chosen = [dl_bench.multi_gpu_mode(modes, False)] if count != 1 else dl_bench.parse_modes(modes, False)
+    except UsageError as error:
+        problems.append(_bench_problem("--modes", error))
+    try:
+        default = dl_bench.DDP_BATCH_SIZE if count != 1 else dl_bench.DEFAULT_BATCH_SIZE
+        dl_bench.parse_batch_sizes(sizes, chosen, default)
+    except UsageError as error:
+        problems.append(_bench_problem("--batch-size", error))
+    if problems:
+        raise InputError(problems)
+    command = ["dl-bench", "--json", *(f"--batch-size={size}" for size in sizes)]
+    command += [f"--modes={modes}"] if modes else []
+    return command + ([f"--gpus={gpus}"] if gpus is not None else [])
+
+
+BENCH_ALLOWED = {
+    "--gpus": f"a number of GPUs from 1 to {dl_bench.MAX_GPUS}, or all",
+    "--modes": "comma-separated modes; with --gpus other than 1, exactly one",
+    "--batch-size": f"comma-separated N or MODE=N, N from 1 to {dl_bench.MAX_BATCH_SIZE}",
+}
+
+
+def _bench_problem(flag: str, error: UsageError) -> Problem:
+    """dl-bench's own words, which start with the flag, after the flag."""
+    said = str(error)
+    return Problem(flag, said.removeprefix(flag).lstrip(": ") or said, BENCH_ALLOWED[flag])
 
 
 # NCCL settings a node's operator may have set for a reason (NVLink multicast can take a host's GPUs out of service):

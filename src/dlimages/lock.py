@@ -23,6 +23,7 @@ from pathlib import Path
 from dlimages.cells import Cell
 from dlimages.errors import InputError, Problem
 from dlimages.files import write_atomic
+from dlimages.grammar import PROJECT_NAME_ALLOWED, project_name_problem
 from dlimages.runner import Result, Runner
 from dlimages.selection import flags_for
 
@@ -48,7 +49,6 @@ def install_flags(source_builds: Sequence[str] = ()) -> str:
 
 
 _DIGEST_LINE = re.compile(r"^# Input: (sha256:[0-9a-f]{64})$", re.MULTILINE)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _PIN_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?: \\)?$")
 
 
@@ -342,14 +342,14 @@ def write_lock(root: Path, resolution: Resolution) -> None:
         write_atomic(folder / name, resolution.files[name])
 
 
+_SECONDS = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,3})?")  # ASCII: float() also reads '\uff13\uff10', ' 30', '1e3', 'inf'
+
+
 def timeout_from_flag(value: str) -> float:
     """--timeout's seconds: a positive number up to a day (InputError otherwise)."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
+    seconds = float(value) if _SECONDS.fullmatch(value) else -1.0
     if not 0 < seconds <= 86400:
-        raise InputError([Problem("--timeout", f"{value!r} is not a number of seconds", "1 to 86400")])
+        raise InputError([Problem("--timeout", f"{value[:40]!r} is not a number of seconds", "1 to 86400")])
     return seconds
 
 
@@ -366,9 +366,9 @@ def lock_cells(
     """Resolve and write each cell's lock, one after another, saying how each went; a failed cell keeps its old
     lock (if any) and the others go on."""
     problems = [
-        Problem("--upgrade-package", f"{name!r} is not a package name", "letters, digits, '.', '_', '-'")
+        Problem("--upgrade-package", f"{name[:40]!r} {problem}", PROJECT_NAME_ALLOWED)
         for name in upgrade
-        if not _NAME.match(name)
+        if (problem := project_name_problem(name)) is not None
     ]
     if problems:
         raise InputError(problems)

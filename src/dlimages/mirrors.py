@@ -88,6 +88,10 @@ def _host(cell: Cell, sources: Iterable[Path]) -> MirrorArgs:
     return MirrorArgs(HOST_PROFILE, apt=main, apt_security=security)
 
 
+class NoDebianMirror(InputError):
+    """This host's apt sources name no Debian mirror (an Ubuntu machine, e.g. GitHub's runners)."""
+
+
 def debian_mirrors(
     sources: Iterable[Path] = APT_SOURCES, flag: str = "--mirror", instead: str = "--mirror URL"
 ) -> tuple[str, str]:
@@ -100,7 +104,7 @@ def debian_mirrors(
     main = next((s for s in found if s.uri.rstrip("/").endswith("/debian")), None)
     security = next((s for s in found if s.uri.rstrip("/").endswith("/debian-security")), None)
     if main is None:
-        raise InputError([Problem(flag, "no Debian mirror found in this host's apt sources", instead)])
+        raise NoDebianMirror([Problem(flag, "no Debian mirror found in this host's apt sources", instead)])
     problems = [
         Problem(source.where, f"this host's Debian mirror (read for {flag}) {problem}", URL_ALLOWED)
         for source in (main, security)

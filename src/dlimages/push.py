@@ -161,8 +161,12 @@ def retries_from_flag(text: str) -> int:
     return int(text)
 
 
-def plan_push(refs: Sequence[str], registries: Sequence[str]) -> list[PushTarget]:
-    """Every (registry, ref) pair in push order, registries outermost; every input problem reported at once."""
+def plan_push(
+    refs: Sequence[str], registries: Sequence[str], names: Mapping[str, str] | None = None
+) -> list[PushTarget]:
+    """Every (registry, ref) pair in push order, registries outermost; every input problem reported at once.
+    A ref is published under its own name, or under `names[ref]` (tags.published_refs) where given."""
+    names = names or {}
     problems: list[Problem] = []
     if not refs:
         problems.append(Problem("images", "nothing to push", "at least one built image ref"))
@@ -172,10 +176,11 @@ def plan_push(refs: Sequence[str], registries: Sequence[str]) -> list[PushTarget
         problems += registry_problems(registry)
     for ref in dict.fromkeys(refs):
         problems += ref_problems(ref)
+        problems += ref_problems(names[ref]) if names.get(ref, ref) != ref else []
     if problems:
         raise InputError(problems)
     return [
-        PushTarget(registry, ref, registry_ref(registry, ref))
+        PushTarget(registry, ref, registry_ref(registry, names.get(ref, ref)))
         for registry in dict.fromkeys(registries)
         for ref in dict.fromkeys(refs)
     ]
@@ -369,10 +374,12 @@ def push_image(
     timeout: float = PUSH_TIMEOUT_S,
     moving: Collection[str] = (),
     force_overwrite: bool = False,
+    names: Mapping[str, str] | None = None,
     out: TextIO | None = None,
 ) -> list[PushResult]:
     """Push every local ref to every registry and prove each push by pulling its digest back.
 
+    A ref goes to REGISTRY/REF, or to REGISTRY/`names[REF]` where given (a build of a branch: tags.published_refs).
     Per (registry, ref): unless REF is in `moving` (a release tag or an alias, which move on purpose) or
     `force_overwrite` is given, the tag is immutable: `docker manifest inspect` reads what the registry serves
     under it, and a different image there refuses the push. Then `docker tag REF REGISTRY/REF`, `docker push`
@@ -398,7 +405,7 @@ def push_image(
         problems.append(Problem("--backoff", f"is {backoff}", "0 or more seconds"))
     if problems:
         raise InputError(problems)
-    targets = plan_push(refs, registries)
+    targets = plan_push(refs, registries, names)
     signals = _Signals()
     settings = _Settings(runner, sleep, retries, backoff, timeout, signals, sys.stdout if out is None else out)
     results: list[PushResult] = []

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 
 from dlimages.errors import InputError, Problem
-from dlimages.grammar import REFERENCE_ALLOWED, reference_problem
+from dlimages.grammar import REFERENCE_ALLOWED, host_problem, reference_problem
 
 REGISTRY_ALLOWED = "host[:port][/path], e.g. 127.0.0.1:5000 or registry.example.com/team"
 
@@ -20,7 +20,8 @@ _HOST = re.compile(rf"{_HOST_PART}(?:\.{_HOST_PART})*|\[[0-9A-Fa-f:.]+\]")
 _PATH_PART = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # ASCII only: \w would take every script's letters
 _REFERENCE_CHARACTERS = re.compile(r"[A-Za-z0-9._:/@\[\]-]+")
-_MAX_NAME = 255  # docker refuses repository names longer than this
+MAX_NAME = 255  # docker refuses a name (registry and repository, no tag) longer than this: NameTotalLengthMax
+_SHOWN = 80  # a longer value is cut short in messages
 
 
 def image_problems(refs: Iterable[str], where: str = "--image") -> list[Problem]:
@@ -38,10 +39,13 @@ def registry_problems(registry: str, where: str = "--registry") -> list[Problem]
     """Everything wrong with one registry value (HOST[:PORT][/PATH]), worded for the person who typed it."""
 
     def problem(message: str) -> list[Problem]:
-        return [Problem(where, f"'{registry}' {message}", REGISTRY_ALLOWED)]
+        shown = registry if len(registry) <= _SHOWN else f"{registry[: _SHOWN - 3]}..."
+        return [Problem(where, f"'{shown}' {message}", REGISTRY_ALLOWED)]
 
     if not registry:
         return problem("is empty")
+    if len(registry) > MAX_NAME - 2:  # '/' and at least one character of an image's own name must follow
+        return problem(f"is {len(registry)} characters long: too long to begin an image name ({MAX_NAME} in all)")
     if "://" in registry:
         return problem("has a scheme: give the address only (docker picks https, or http for 127.0.0.1)")
     if any(ch.isspace() for ch in registry):
@@ -54,6 +58,9 @@ def registry_problems(registry: str, where: str = "--registry") -> list[Problem]
         host, _, port = host_port.rpartition(":")
     if not _HOST.fullmatch(host):
         return problem(f"has no valid host name ('{host}')")
+    too_long = host_problem(host)
+    if too_long:
+        return problem(too_long)
     if port and not (re.fullmatch("[0-9]{1,5}", port) and 1 <= int(port) <= 65535):  # ASCII digits only
         return problem(f"has port '{port}', not a number from 1 to 65535")
     if not port and "." not in host and not host.startswith("[") and host != "localhost":
@@ -94,11 +101,16 @@ def registry_ref(registry: str, image_ref: str) -> str:
     """The ref `image_ref` gets in `registry`: ("127.0.0.1:5000", "lab/x:v1") -> "127.0.0.1:5000/lab/x:v1"."""
     problems = registry_problems(registry) + ref_problems(image_ref)
     remote = f"{registry}/{image_ref}"
-    if not problems and len(split_tag(remote)[0]) > _MAX_NAME:
-        problems.append(Problem(f"image '{image_ref}'", f"with '{registry}' is longer than {_MAX_NAME} characters"))
+    if not problems and name_too_long(remote):
+        problems.append(Problem(f"image '{image_ref}'", f"with '{registry}' is longer than {MAX_NAME} characters"))
     if problems:
         raise InputError(problems)
     return remote
+
+
+def name_too_long(ref: str) -> bool:
+    """Whether docker would refuse `ref` for its name (registry and repository, without tag or digest)."""
+    return len(split_tag(ref.split("@", 1)[0])[0]) > MAX_NAME
 
 
 def split_tag(ref: str) -> tuple[str, str | None]:

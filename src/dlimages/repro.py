@@ -7,12 +7,13 @@ A build from a tree with uncommitted changes is never called reproducible: the c
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dlimages.errors import InputError, Problem
 from dlimages.layerdiff import CompareError, ImageComparison, compare_images
+from dlimages.references import image_problems
 from dlimages.runner import Runner
 
 # Empty caches: no layer is reused (--no-cache) and pip's download cache (a BuildKit cache mount) is emptied too.
@@ -79,6 +80,28 @@ def dockerfile_build(dockerfile: Path, context: Path, epoch: int) -> list[str]:
         "docker", "buildx", "build", "--progress=plain", "--load", "--provenance=false", "--sbom=false",
         "--file", str(dockerfile), "--build-arg", f"SOURCE_DATE_EPOCH={epoch}", str(context),
     ]  # fmt: skip
+
+
+def flag_problems(
+    dockerfile: str | None, context: str | None, against: str | None, cell_flags: Mapping[str, str | None]
+) -> list[Problem]:
+    """What `invoke repro`'s flags cannot mean together: `cell_flags` (flag -> value, None when not given) choose
+    and shape a cell's build, which --dockerfile replaces with a build of that file, so they would be ignored;
+    --context is the context of --dockerfile only; --against names a local image. Checked before any engine."""
+    problems = image_problems([against], "--against") if against is not None else []
+    given = [flag for flag, value in cell_flags.items() if value is not None]
+    if dockerfile is not None and given:
+        problems.append(
+            Problem(
+                "--dockerfile",
+                f"cannot be combined with {', '.join(given)}: those build a cell of the matrix, --dockerfile builds "
+                "the file given instead",
+                "--dockerfile [--context] [--against], or the cell flags without --dockerfile",
+            )
+        )
+    if dockerfile is None and context is not None:
+        problems.append(Problem("--context", "only with --dockerfile (a cell is built from the repository)"))
+    return problems
 
 
 def dockerfile_flags(dockerfile: str, context: str | None) -> tuple[Path, Path, int]:

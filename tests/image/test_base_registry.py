@@ -219,6 +219,43 @@ def test_rehosted_bases_build_a_cell_with_no_local_base_and_labels_name_them(
         assert found["org.opencontainers.image.base.digest"] == base_digest
 
 
+@pytest.mark.parametrize("registry", ["open"], indirect=True)
+def test_an_image_by_digest_and_one_from_a_registry_with_a_port_land_as_named(
+    registry: Registry, clone: Path, small_image: str
+) -> None:
+    """Issue 17: `--image REF@sha256:...` landed as REF:latest, and an image from a registry with a port was refused
+    by skopeo at copy time (`PREFIX/127.0.0.1:PORT/...` is no reference). Now the first lands under its digest (no
+    tag made up) and the second under the registry's host as one path part, `127.0.0.1_PORT`."""
+
+    def mirror(to: str, image: str) -> str:  # the CI cell's flags: without any, every cell's base is copied
+        done = invoke(clone, registry.env, "bases.mirror", "--to", to, *CELL_FLAGS, "--image", image)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out[-3000:]
+        return out
+
+    staged = mirror(f"{registry.address}/src", small_image)
+    [(source, digest)] = [
+        (m["destination"], m["digest"]) for m in _COPIED.finditer(staged) if m["source"] == small_image
+    ]
+    repository = source.rsplit(":", 1)[0]  # 127.0.0.1:PORT/src/lab/test-rehost-PID
+
+    prefix = f"{registry.address}/mirror"
+    out = mirror(prefix, f"{repository}@{digest}")
+    mirrored = f"{prefix}/{registry.address.replace(':', '_')}/{repository.split('/', 1)[1]}"
+    assert f"copied {repository}@{digest} -> {mirrored}@{digest} " in out
+    assert skopeo_inspect(f"{mirrored}@{digest}", registry.env, "--format", "{{.Digest}}").strip() == digest
+
+    out = mirror(prefix, f"{source}@{digest}")
+    assert f"copied {source}@{digest} -> {mirrored}:1@{digest} " in out  # the tag kept, the same digest
+    assert json.loads(skopeo_list_tags(mirrored, registry.env))["Tags"] == ["1"]  # no :latest made up
+
+
+def skopeo_list_tags(repository: str, env: dict[str, str]) -> str:
+    done = RUNNER(["skopeo", "list-tags", "--tls-verify=false", f"docker://{repository}"], env=env, timeout=120)
+    assert done.ok, done.err
+    return done.out
+
+
 def test_an_unreachable_base_registry_gets_the_advice_and_moves_no_tag(clone: Path, cell_refs: tuple[str, ...]) -> None:
     before = RUNNER.image_id(cell_refs[0])
     address = f"127.0.0.1:{free_port()}"  # nothing listens there

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +28,22 @@ def test_mirror_given_or_read_from_the_hosts_apt_sources(tmp_path: Path) -> None
     ]  # fmt: skip
 
 
-def test_no_debian_mirror_on_the_host_is_an_input_error(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="no Debian mirror found"):
-        make_base_argv(Path("/repo"), sources=[tmp_path / "absent"])
+def test_a_host_whose_apt_sources_name_no_debian_mirror_takes_debians_public_archive_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GitHub's Ubuntu runners: apt sources, but none of Debian's.
+    ubuntu = tmp_path / "ubuntu.sources"
+    ubuntu.write_text("Types: deb\nURIs: http://azure.archive.ubuntu.com/ubuntu/\nSuites: noble\n")
+    with caplog.at_level(logging.INFO, logger="dlimages.base"):
+        for sources in ([ubuntu], [tmp_path / "absent"]):
+            assert make_base_argv(Path("/repo"), sources=sources) == [
+                "bash", "/repo/scripts/make-base.sh", "--mirror", "http://ftp.debian.org/debian",
+                "--security-mirror", "http://security.debian.org/debian-security",
+            ]  # fmt: skip
+    assert (
+        caplog.messages
+        == ["note: this host's apt sources name no Debian mirror: the base comes from http://ftp.debian.org/debian"] * 2
+    )
 
 
 def test_only_missing_local_bases_are_named_once() -> None:

@@ -17,8 +17,10 @@ from dlimages.basesource import (
     BaseChoice,
     BaseSource,
     BaseUnavailable,
+    Copied,
     Copy,
     choose,
+    choose_all,
     mirror_copies,
     qualified,
     registry_path,
@@ -27,6 +29,7 @@ from dlimages.basesource import (
 from dlimages.buildplan import Secrets, plan_builds
 from dlimages.cells import Cell, Expansion
 from dlimages.errors import InputError
+from dlimages.grammar import reference_problem
 from dlimages.runner import Runner
 from dlimages.selection import flags_for
 from dlimages.spec import Matrix
@@ -56,13 +59,19 @@ def make_cell(expansion: Expansion) -> Callable[..., Cell]:
         ("docker.io/ubuntu:22.04", "library/ubuntu:22.04", "docker.io/library/ubuntu:22.04"),
         (LOCAL_BASE, LOCAL_BASE, f"docker.io/{LOCAL_BASE}"),
         ("nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io/nvidia/pytorch:24.01-py3"),
-        ("127.0.0.1:5000/x/y:1", "127.0.0.1:5000/x/y:1", "127.0.0.1:5000/x/y:1"),
+        # A host as one path part, which docker's grammar keeps to lowercase letters, digits and . _ - (no ':').
+        ("127.0.0.1:5000/x/y:1", "127.0.0.1_5000/x/y:1", "127.0.0.1:5000/x/y:1"),
+        ("localhost:5000/x/y:1", "localhost_5000/x/y:1", "localhost:5000/x/y:1"),
+        ("Registry.Example.com/x:1", "registry.example.com/x:1", "Registry.Example.com/x:1"),
+        ("[::1]:5000/x:1", "ipv6-0000-0000-0000-0000-0000-0000-0000-0001_5000/x:1", "[::1]:5000/x:1"),
+        ("[fe80::]/x:1", "ipv6-fe80-0000-0000-0000-0000-0000-0000-0000/x:1", "[fe80::]/x:1"),
     ],
 )
 def test_one_rule_maps_a_base_under_any_registry_prefix(ref: str, path: str, name: str) -> None:
     # The form DaoCloud's mirror (m.daocloud.io/docker.io/library/ubuntu:22.04) and Harbor projects use.
     assert registry_path(ref) == path
     assert qualified(ref) == name
+    assert reference_problem(f"{OWN}/{path}") is None
 
 
 def test_the_profile_registry_takes_docker_hub_bases_only(matrix: Matrix, make_cell: Callable[..., Cell]) -> None:
@@ -235,7 +244,9 @@ def test_a_registry_copy_keeps_every_platform_and_digest(tmp_path: Path) -> None
     [argv] = Copy(f"{UBUNTU}@{D1}", "registry.example.com/team/library/ubuntu:22.04").commands(tmp_path)
     assert argv[:2] == ["skopeo", "copy"]
     assert {"--all", "--preserve-digests", "--src-tls-verify=true", "--dest-tls-verify=true"} <= set(argv)
-    assert argv[-2:] == [f"docker://{UBUNTU}@{D1}", "docker://registry.example.com/team/library/ubuntu:22.04"]
+    # By digest alone: skopeo refuses a tag with a digest ("Docker references with both a tag and digest are
+    # currently not supported"); the tag stays on the destination.
+    assert argv[-2:] == [f"docker://ubuntu@{D1}", "docker://registry.example.com/team/library/ubuntu:22.04"]
     assert argv[argv.index("--digestfile") + 1] == str(tmp_path / "copy.digest")
 
 
@@ -256,3 +267,51 @@ def test_mirror_refuses_what_it_cannot_copy(
     with pytest.raises(InputError) as caught:
         mirror_copies([make_cell(UBUNTU)], to, BaseLock(), extra, local=lambda _: False)
     assert caught.value.problems[0].where == where
+
+
+def test_an_image_by_digest_alone_lands_under_its_digest_never_as_latest(
+    make_cell: Callable[..., Cell], tmp_path: Path
+) -> None:
+    to = "localhost:5000/team"
+    extra = [f"lab/x@{D2}", f"localhost:5001/lab/y:1@{D1}", "Reg.Example.com:5002/z:3"]
+    copies = mirror_copies([make_cell(f"ubuntu@{D2}")], to, BaseLock(), extra, local=lambda _: True)
+    assert copies == [
+        Copy(f"ubuntu@{D2}", f"{to}/library/ubuntu@{D2}"),
+        # A digest names what its registry serves: copied from there, even when this engine has the image.
+        Copy(f"lab/x@{D2}", f"{to}/lab/x@{D2}"),
+        Copy(f"localhost:5001/lab/y:1@{D1}", f"{to}/localhost_5001/lab/y:1"),
+        Copy("Reg.Example.com:5002/z:3", f"{to}/reg.example.com_5002/z:3", local=True),
+    ]
+    copy_argvs = [item.commands(tmp_path)[-1] for item in copies]
+    assert [argv[-2] for argv in copy_argvs[:3]] == [
+        f"docker://ubuntu@{D2}",
+        f"docker://lab/x@{D2}",
+        f"docker://localhost:5001/lab/y@{D1}",
+    ]
+    for argv in copy_argvs:
+        destination = argv[-1].removeprefix("docker://")
+        assert reference_problem(destination) is None and not destination.endswith(":latest")
+        assert "--dest-tls-verify=false" in argv  # localhost: plain HTTP allowed
+    copied = Copied(copies[1], 3.0, D2)
+    assert str(copied) == f"copied lab/x@{D2} -> {to}/lab/x@{D2} (3 s)"
+
+
+def test_a_destination_docker_would_refuse_is_exit_2_before_skopeo(make_cell: Callable[..., Cell]) -> None:
+    to = "r.example/" + "/".join(["p" * 60] * 4)  # 253 characters: a valid registry, no room for a name under it
+    with pytest.raises(InputError) as caught:
+        mirror_copies([make_cell(UBUNTU)], to, BaseLock(), ["lab/x:1"], local=lambda _: False)
+    assert [(p.where, p.message) for p in caught.value.problems] == [
+        ("--to", f"with {UBUNTU} makes a name of 274 characters, which is longer than 255 characters"),
+        ("--to", "with lab/x:1 makes a name of 261 characters, which is longer than 255 characters"),
+    ]
+
+
+def test_a_base_registry_that_leaves_no_room_for_a_name_is_exit_2(
+    matrix: Matrix, make_cell: Callable[..., Cell]
+) -> None:
+    source = BaseSource.from_flags(matrix, "none", "r.example/" + "/".join(["p" * 60] * 4))
+    with pytest.raises(InputError) as caught:
+        choose_all([make_cell(UBUNTU), make_cell(UBUNTU)], source, BaseLock())
+    assert [(p.where, p.message) for p in caught.value.problems] == [
+        ("--base-registry", f"with {UBUNTU} makes a name of 274 characters, which is longer than 255 characters"),
+    ]

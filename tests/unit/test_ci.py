@@ -33,13 +33,13 @@ def test_each_ci_build_is_one_cell_that_needs_no_unreachable_server(
 def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() -> None:
     root = Path("/repo")
     checks = [step.name for step in ci.checks(root, "python3")]
-    assert checks == ["lint", "render check", "lock check", "workflow check", "unit and GPU tests"]
-    engine = Path("/var/tmp/dlimages-ci-engine-x")
+    assert checks == ["lint", "render check", "lock check", "zizmor", "actionlint", "unit and GPU tests"]
+    engine = Path("/engines/dlimages-ci-engine-x")
     steps = [step.command for step in ci.end_to_end(root, engine)]
     # CI's engine is its own (a fresh data root, deleted at the end), and the disk is checked before anything is
     # built: a full disk stops the run with a message, not mid-push.
-    assert steps[0] == "bash /repo/scripts/engine.sh --own /var/tmp/dlimages-ci-engine-x"
-    assert [step.command for step in ci.cleanup(root, engine)][-1].endswith("--stop-own /var/tmp/dlimages-ci-engine-x")
+    assert steps[0] == "bash /repo/scripts/engine.sh --own /engines/dlimages-ci-engine-x"
+    assert [step.command for step in ci.cleanup(root, engine)][-1].endswith("--stop-own /engines/dlimages-ci-engine-x")
     disk = steps.index(f"invoke disk --need {ci.DISK_NEED_GB}")
     assert disk == 1 and ci.DISK_NEED_GB > 0
     builds = [i for i, command in enumerate(steps) if command.startswith("invoke build ")]

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from dlimages.grammar import NAME, VERSION, reference_problem, repository_problem, url_problem, version_problem
+from dlimages.grammar import (
+    NAME,
+    VERSION,
+    count_problem,
+    host_problem,
+    project_name_problem,
+    reference_problem,
+    repository_problem,
+    url_problem,
+    version_problem,
+)
 
 INJECTING_MIRROR = "http://x/;echo${IFS}INJECTED>/dev/stderr;id>/dev/stderr;#e"
 
@@ -141,3 +151,60 @@ def test_versions_and_names_are_ascii_only(value: str) -> None:
     assert VERSION.fullmatch(value) is None
     assert NAME.fullmatch(value) is None
     assert version_problem(value) == "is not a version (digits separated by dots, e.g. 2.1)"
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("numpy", None),
+        ("typing_extensions", None),
+        ("zope.interface", None),
+        ("A", None),
+        ("numpy\n", "is not a package name"),  # `^...$` let this through: '$' matches before a final newline
+        ("numpy ", "is not a package name"),
+        ("-numpy", "is not a package name"),
+        ("numpy-", "is not a package name"),
+        ("torch; rm", "is not a package name"),
+        ("--index-url=http://x.example", "is not a package name"),
+        ("nump\u0443", "is not a package name"),  # a Cyrillic letter that looks like y
+        ("\u017f", "is not a package name"),  # long s, which re.IGNORECASE would take for 's'
+        ("", "is empty"),
+        ("x" * 101, "is longer than 100 characters"),
+    ],
+)
+def test_package_names_are_pep_508_names_in_ascii(value: str, problem: str | None) -> None:
+    assert project_name_problem(value) == problem
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("1", True),
+        ("64", True),
+        ("0", False),
+        ("65", False),
+        ("\uff11", False),
+        ("\u0663", False),
+        (" 3", False),
+        ("3 ", False),
+        ("1_0", False),
+        ("+3", False),
+        ("-1", False),
+        ("", False),
+        ("9" * 5000, False),
+        ("abc", False),
+    ],
+)
+def test_counts_are_ascii_digits_in_range(value: str, ok: bool) -> None:
+    problem = count_problem(value, 1, 64)
+    assert (problem is None) == ok
+    if not ok:
+        assert problem == f"is {value[:40]!r}, not a whole number from 1 to 64 in ASCII digits"
+
+
+def test_registry_hosts_keep_to_dns_limits() -> None:
+    assert host_problem("a" * 63 + ".example") is None
+    assert host_problem("a" * 64 + ".example") == "has a host name part of 64 characters; DNS allows 63"
+    assert host_problem(".".join(["a" * 63] * 3 + ["a" * 61])) is None  # 253 characters
+    assert host_problem(".".join(["a" * 63] * 3 + ["a" * 62])) == "has a host name of 254 characters; DNS allows 253"
+    assert host_problem("[::1]") is None

@@ -85,6 +85,7 @@ class Case:
     codes: tuple[int, ...] = (2,)
     absent: tuple[str, ...] = ()  # text that must appear neither in the output nor in any file under images/
     unwritten: tuple[str, ...] = ()  # text no file under images/ may hold (a message may quote the bad value)
+    kept: tuple[str, ...] = ()  # files of the repo copy that a run must leave byte for byte (or absent) as they were
     docker: bool = True  # False: docker must not even be asked (the value is refused before)
     file_size_limit: int | None = None  # run as a process that cannot write a file larger than this
 
@@ -120,6 +121,18 @@ def _matrix_is_a_fifo(root: Path) -> None:
 
 
 CORRUPT_LEDGER = _write(".work/builds.json", b'{"cells": [')
+# A bake file as `invoke bake` writes it: only its being tracked by git keeps it from being overwritten.
+BAKE_TEXT = b'{\n  "group": {\n    "default": {\n      "targets": []\n    }\n  },\n  "target": {}\n}\n'
+
+
+def _tracked_bake_file(root: Path) -> None:
+    (root / "docker-bake.json").write_bytes(BAKE_TEXT)
+    for argv in (["init", "--quiet"], ["add", "docker-bake.json"]):
+        subprocess.run(["git", "-C", str(root), *argv], check=True, capture_output=True)
+
+
+LONG_LABEL = "a" * 64 + ".example"  # a DNS label has at most 63 characters
+LONG_HOST = ".".join(["a" * 63] * 4) + ".example"  # 263 characters: a DNS name has at most 253
 
 C = Case
 # fmt: off
@@ -263,6 +276,46 @@ CORPUS: list[Case] = [
     C("bases-mirror-no-target", "own", ("bases.mirror", "--torch", "2.1"), docker=False),
     C("bases-mirror-option-target", "own", ("bases.mirror", "--to", "--help"), docker=False),
     C("bases-mirror-bad-image", "own", ("bases.mirror", "--to", "127.0.0.1:5000/m", "--image", "a b"), docker=False),
+    # Issue 17, item 7: input contract gaps, each exit 2 naming the flag before any engine, registry or skopeo.
+    C("jobs-not-a-number", "own", ("build", "--torch", "2.1", "--jobs", "abc", "--dry-run"), docker=False),
+    C("jobs-fullwidth", "own", ("build", "--torch", "2.1", "--jobs", "\uff11", "--dry-run"), docker=False),
+    C("jobs-arabic", "own", ("build", "--torch", "2.1", "--jobs", "\u0663", "--dry-run"), docker=False),
+    C("jobs-huge", "own", ("build", "--torch", "2.1", "--jobs", BIG, "--dry-run"), docker=False),
+    C("upgrade-package-newline", "own", ("lock", "--torch", "2.1", "--upgrade-package", "numpy\n"), docker=False),
+    C("upgrade-package-trailing-dash", "own", ("lock", "--torch", "2.1", "--upgrade-package", "numpy-"), docker=False),
+    C("lock-timeout-fullwidth", "own", ("lock", "--torch", "2.1", "--timeout", "\uff13\uff10"), docker=False),
+    C("base-registry-long-label", "own", ("build", "--torch", "2.1", "--base-registry", LONG_LABEL, "--dry-run"),
+      docker=False),
+    C("base-registry-long-host", "own", ("build", "--torch", "2.1", "--base-registry", LONG_HOST, "--dry-run"),
+      docker=False),
+    C("base-registry-long-name", "own",
+      ("build", "--torch", "2.1", "--base-registry", "r.example/" + "/".join(["p" * 60] * 4), "--dry-run"),
+      docker=False),
+    C("bases-mirror-long-to", "own", ("bases.mirror", "--to", LONG_HOST, "--torch", "2.1", "--dry-run"), docker=False),
+    C("bases-mirror-long-name", "own",
+      ("bases.mirror", "--to", "r.example/" + "/".join(["p" * 60] * 4), "--torch", "2.1", "--dry-run"), docker=False),
+    C("repro-dockerfile-and-cell", "own", ("repro", "--dockerfile", "matrix.yaml", "--torch", "2.1"), docker=False),
+    C("repro-dockerfile-and-mirror", "own", ("repro", "--dockerfile", "matrix.yaml", "--mirror", "campus"),
+      docker=False),
+    C("repro-context-alone", "own", ("repro", "--torch", "2.1", "--context", "templates"), docker=False),
+    C("bake-out-matrix", "own", ("bake", "--torch", "2.1", "--out", "matrix.yaml"), docker=False,
+      kept=("matrix.yaml",)),
+    C("bake-out-tracked", "own", ("bake", "--torch", "2.1", "--out", "docker-bake.json"),
+      setup=_tracked_bake_file, docker=False, kept=("docker-bake.json",)),
+    C("bake-out-parent-is-a-file", "own", ("bake", "--torch", "2.1", "--out", "matrix.yaml/bake.json"),
+      docker=False, kept=("matrix.yaml",)),
+    C("bake-out-no-permission", "own", ("bake", "--torch", "2.1", "--out", "/proc/1/bake.json"), docker=False),
+    C("bake-out-refused-by-kernel", "own", ("bake", "--torch", "2.1", "--out", "/sys/bake.json"), docker=False),
+    C("bake-out-nul", "own", ("bake", "--torch", "2.1", "--out", "x\x00.json"), docker=False),
+    C("bench-batch-size-junk", "own", ("bench", "--image", "lab/x:1", "--batch-size", "abc"), docker=False),
+    C("bench-batch-size-fullwidth", "own", ("bench", "--image", "lab/x:1", "--batch-size", "\uff11\uff12\uff18"),
+      docker=False),
+    C("bench-batch-size-mode", "own", ("bench", "--image", "lab/x:1", "--batch-size", "fp64=128"), docker=False),
+    C("bench-gpus-junk", "own", ("bench", "--image", "lab/x:1", "--gpus", "two"), docker=False),
+    C("bench-gpus-empty", "own", ("bench", "--image", "lab/x:1", "--gpus", ""), docker=False),
+    C("bench-gpus-modes", "own", ("bench", "--image", "lab/x:1", "--gpus", "all", "--modes", "fp32,tf32"),
+      docker=False),
+    C("bench-modes-unknown", "own", ("bench", "--image", "lab/x:1", "--modes", "fp64"), docker=False),
 ]
 # fmt: on
 
@@ -432,8 +485,14 @@ def test_hostile_input_ends_in_a_clean_exit(
         pytest.skip("needs named pipes")
     root = _prepare(case, pristine, tmp_path)
     before = _snapshot(root / "images")
+    kept = {path: _content(root / path) for path in case.kept}
     outcome = run_in_process(case.argv, root, fake_bin, monkeypatch, capsys)
     check(case, outcome, before, root)
+    assert {path: _content(root / path) for path in case.kept} == kept, f"a file the run must keep changed {case.id}"
+
+
+def _content(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
 
 
 def test_the_corpus_covers_every_numbered_item_of_the_issue() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dlimages.errors import InputError
-from dlimages.inimage import check_images, meaning, run_argv, run_in_image, worst
+from dlimages.inimage import bench_command, check_images, meaning, run_argv, run_in_image, worst
 from dlimages.runner import Runner
 
 
@@ -120,3 +120,51 @@ def test_other_docker_failures_keep_their_code() -> None:
 )
 def test_a_failure_beats_a_skip_and_a_skip_beats_a_pass(codes: list[int], verdict: int) -> None:
     assert worst(codes) == verdict
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "modes", "gpus", "command"),
+    [
+        ("128,amp_fp16_cl=256", None, None, ["--batch-size=128", "--batch-size=amp_fp16_cl=256"]),
+        ("64", "fp32,tf32", "1", ["--batch-size=64", "--modes=fp32,tf32", "--gpus=1"]),
+        ("256", "bf16_cl", "all", ["--batch-size=256", "--modes=bf16_cl", "--gpus=all"]),
+        ("bf16_cl=512", None, "2", ["--batch-size=bf16_cl=512", "--gpus=2"]),
+    ],
+)
+def test_bench_passes_dl_benchs_flags_as_flag_equals_value(
+    batch_size: str, modes: str | None, gpus: str | None, command: list[str]
+) -> None:
+    assert bench_command(batch_size, modes, gpus) == ["dl-bench", "--json", *command]
+
+
+KNOWN = "(known: fp32, tf32, amp_fp16, amp_fp16_cl, bf16_cl, compile)"
+BATCH = "must be a positive integer up to 65536, got "
+GPUS = "must be a positive integer up to 1024, got "
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "modes", "gpus", "problems"),
+    [
+        ("abc", None, None, [("--batch-size", f"{BATCH}'abc'")]),
+        ("\uff11\uff12\uff18", None, None, [("--batch-size", f"{BATCH}'\uff11\uff12\uff18'")]),
+        ("128,", None, None, [("--batch-size", f"{BATCH}''")]),
+        ("fp64=128", None, None, [("--batch-size", f"fp64=128: unknown mode 'fp64' {KNOWN}")]),
+        ("128", "fp64", None, [("--modes", f"unknown mode(s) fp64 {KNOWN}")]),
+        ("128", None, "two", [("--gpus", f"{GPUS}'two'")]),
+        ("128", None, "", [("--gpus", f"{GPUS}''")]),
+        (
+            "128",
+            "fp32,tf32",
+            "all",
+            [("--modes", "--gpus runs DDP in one mode; got fp32, tf32 (give one with --modes)")],
+        ),
+        ("0", None, "x", [("--gpus", f"{GPUS}'x'"), ("--batch-size", f"{BATCH}'0'")]),
+    ],
+)
+def test_bench_flags_are_checked_on_the_host_by_dl_benchs_own_parsers(
+    batch_size: str, modes: str | None, gpus: str | None, problems: list[tuple[str, str]]
+) -> None:
+    # Before: only dl-bench in the container checked them, so on a host without a GPU a typo read "skipped, 77".
+    with pytest.raises(InputError) as caught:
+        bench_command(batch_size, modes, gpus)
+    assert [(p.where, p.message) for p in caught.value.problems] == problems

@@ -259,6 +259,22 @@ def test_output_missing_a_requirement_is_refused(tmp_path: Path, pypi_cell: Cell
     assert not result.ok and "uv's output lacks" in result.problem and "pandas" in result.problem
 
 
+@pytest.mark.parametrize("name", ["numpy\n", "numpy-", "torch.", "typing_"])  # PEP 508: no separator at the end
+def test_an_upgrade_package_is_a_package_name_before_uv_is_asked(tmp_path: Path, pypi_cell: Cell, name: str) -> None:
+    # Before: `^...$` took "numpy\n" ('$' matches before a final newline) and "numpy-", and uv was run with them.
+    asked: list[list[str]] = []
+
+    def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "uv 0.4.0\n", "")
+
+    with pytest.raises(InputError) as caught:
+        lock.lock_cells(tmp_path, [pypi_cell], PIP, Runner(run=run), upgrade=["numpy", name], say=lambda _: None)
+    [problem] = caught.value.problems
+    assert problem.where == "--upgrade-package" and problem.message.startswith(f"{name!r} is ")
+    assert asked == [] and not any(tmp_path.iterdir())
+
+
 def test_bad_flags_and_a_missing_uv_are_clear_errors(tmp_path: Path, pypi_cell: Cell) -> None:
     with pytest.raises(InputError, match="--upgrade-package: 'torch; rm' is not a package name"):
         lock.lock_cells(tmp_path, [pypi_cell], PIP, fake_uv(), upgrade=["torch; rm"])
@@ -266,6 +282,10 @@ def test_bad_flags_and_a_missing_uv_are_clear_errors(tmp_path: Path, pypi_cell: 
         with pytest.raises(InputError, match="--timeout"):
             lock.timeout_from_flag(value)
     assert lock.timeout_from_flag("12.5") == 12.5
+    # float() reads these as 30, 30, 100 and 30: ASCII digits only, as every number typed on a command line.
+    for value in ("\uff13\uff10", "\u0663\u0660", "1e2", " 30", "30\n", "nan", "inf"):
+        with pytest.raises(InputError, match="--timeout"):
+            lock.timeout_from_flag(value)
 
     def no_uv(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         raise FileNotFoundError(argv[0])

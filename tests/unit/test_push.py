@@ -140,6 +140,20 @@ def test_push_tags_pushes_verifies_and_removes_only_its_tag() -> None:
     assert docker.tags[REF] == LOCAL_ID and REMOTE not in docker.tags
 
 
+def test_a_ref_published_under_another_name_goes_there_only_and_leaves_no_tag() -> None:
+    docker = FakeDocker()
+    name = f"{REF}-cuda11.8-1a2b3c4d5e6f"
+    results, _ = push(docker, names={REF: name})
+    (result,) = results
+    assert result.ok and (result.ref, result.remote_ref) == (REF, f"{REG}/{name}")
+    pushed = [call[2] for call in docker.calls if call[1] == "push"]
+    assert pushed == [f"{REG}/{name}"]  # never the release tag itself
+    assert docker.calls[-1] == ["docker", "rmi", "--no-prune", f"{REG}/{name}"]
+    assert docker.tags == {REF: LOCAL_ID}
+    with pytest.raises(InputError, match=r"v1\.0-x y': has whitespace"):
+        plan_push([REF], [REG], {REF: f"{REF}-x y"})
+
+
 def test_transient_failure_is_retried_with_exponential_backoff() -> None:
     docker = FakeDocker()
     docker.push_replies = [(1, "", REFUSED), (1, "", "received unexpected HTTP status: 502 Bad Gateway")]

@@ -44,6 +44,9 @@ def test_registry_ref(registry: str, expected: str) -> None:
         (REG, "lab/x:v\u0661", "image 'lab/x:v\u0661'", "has whitespace or characters outside printable ASCII"),
         (REG, "lab/" + "x" * 260 + ":v1", "image 'lab/" + "x" * 260 + ":v1'", "is longer than 255 characters"),
         ("127.0.0.1:\u0665\u0660\u0660\u0660", REF, "--registry", "not a number from 1 to 65535"),
+        ("a" * 64 + ".example", REF, "--registry", "has a host name part of 64 characters; DNS allows 63"),
+        ("r.example/" + "p" * 244, REF, "--registry", "is 254 characters long: too long to begin an image name"),
+        ("r.example/" + "p" * 5000, REF, "--registry", "is 5010 characters long"),
     ],
 )
 def test_registry_and_image_ref_are_validated(registry: str, ref: str, where: str, message: str) -> None:

@@ -35,6 +35,27 @@ def test_any_dockerfile_is_built_with_the_cells_settings(tmp_path: Path) -> None
     assert "--context: no such folder" in str(caught.value)
 
 
+NO_CELL_FLAGS = dict.fromkeys(["--cuda", "--torch", "--tf", "--python", "--flavor", "--mirror", "--base-registry"])
+
+
+def test_a_dockerfile_is_not_combined_with_the_flags_of_a_cell() -> None:
+    # Before: `repro --dockerfile F --torch 2.1` built F and ignored --torch without a word.
+    given = {**NO_CELL_FLAGS, "--torch": "2.1", "--mirror": "none"}
+    [problem] = repro.flag_problems("Dockerfile", None, None, given)
+    assert problem.where == "--dockerfile"
+    assert problem.message.startswith("cannot be combined with --torch, --mirror: those build a cell of the matrix")
+    assert repro.flag_problems("Dockerfile", "ctx", "lab/x:v1", NO_CELL_FLAGS) == []
+    assert repro.flag_problems(None, None, None, given) == []
+
+
+def test_a_context_needs_a_dockerfile_and_against_names_an_image() -> None:
+    problems = repro.flag_problems(None, "ctx", "--help", NO_CELL_FLAGS)
+    assert [(p.where, p.message) for p in problems] == [
+        ("--against '--help'", "starts with '-' (docker would read it as an option)"),
+        ("--context", "only with --dockerfile (a cell is built from the repository)"),
+    ]
+
+
 def engine(images: Sequence[str], *, fail_at: int | None = None) -> tuple[Runner, list[list[str]]]:
     """A Runner whose builds write the next image ID to --iidfile (or fail), recording every command."""
     calls: list[list[str]] = []

@@ -12,6 +12,7 @@ import pytest
 from dlimages import tags
 from dlimages.cells import Cell, Expansion, expand
 from dlimages.compat import Candidate
+from dlimages.errors import InputError
 from dlimages.spec import Matrix, version_key
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,3 +94,56 @@ def test_each_real_cell_has_its_own_committed_dockerfile(real_expansion: Expansi
     for c in real_expansion.cells:
         assert c.dockerfile == f"images/{c.framework}/{c.slug}/Dockerfile"
         assert (REPO / c.dockerfile).is_file(), c.dockerfile
+
+
+# --- Which names CI publishes -----------------------------------------------------------------------------------
+
+COMMIT = "1a2b3c4d5e6f" + "7" * 28
+IMMUTABLE, RELEASE = "lab/x:v1.0-cuda11.8-torch2.1.2-py3.10-runtime", "lab/x:v1.0"
+
+
+def origin(git_ref: str, default_branch: str = "main") -> tags.Origin:
+    found = tags.Origin.from_flags(git_ref, default_branch, COMMIT)
+    assert found is not None
+    return found
+
+
+def test_release_tags_come_only_from_the_default_branch() -> None:
+    assert origin("refs/heads/main").releases
+    for other in (
+        "refs/heads/feature",
+        "refs/heads/main-fix",
+        "refs/heads/x/main",
+        "refs/tags/main",
+        "refs/pull/1/merge",
+    ):
+        assert not origin(other).releases, other
+    assert origin("refs/heads/trunk", "trunk").releases
+
+
+def test_a_build_of_another_branch_is_published_under_its_immutable_tag_and_the_commit() -> None:
+    built, moving = [IMMUTABLE, RELEASE], {RELEASE}
+    assert tags.published_refs(built, moving, None) == {IMMUTABLE: IMMUTABLE, RELEASE: RELEASE}  # by hand
+    assert tags.published_refs(built, moving, origin("refs/heads/main")) == {IMMUTABLE: IMMUTABLE, RELEASE: RELEASE}
+    named = tags.published_refs(built, moving, origin("refs/heads/feature"))
+    assert named == {IMMUTABLE: f"{IMMUTABLE}-1a2b3c4d5e6f"}
+    assert DOCKER_TAG.fullmatch(named[IMMUTABLE].split(":", 1)[1])
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (("refs/heads/x", None, None), ["--default-branch", "--commit"]),
+        ((None, "main", COMMIT), ["--git-ref"]),
+        (("main", "main", COMMIT), ["--git-ref"]),  # a ref, not a branch name
+        (("refs/heads/x", "-main", COMMIT), ["--default-branch"]),
+        (("refs/heads/x", "main", COMMIT[:12]), ["--commit"]),  # the full SHA
+        (("refs/heads/x", "main", COMMIT.upper()), ["--commit"]),
+        (("refs/heads/x y", "main", COMMIT), ["--git-ref"]),
+    ],
+)
+def test_the_ci_flags_go_together_and_each_bad_one_is_named(flags: tuple[str | None, ...], named: list[str]) -> None:
+    assert tags.Origin.from_flags(None, None, None) is None
+    with pytest.raises(InputError) as caught:
+        tags.Origin.from_flags(*flags)
+    assert [problem.where for problem in caught.value.problems] == named

@@ -175,8 +175,10 @@ def test_render_check_passes_on_the_repo(invoke: Cli) -> None:
 @pytest.mark.parametrize(
     ("task", "flags"),
     [
-        ("matrix", ["--json", "--explain"]),
+        ("matrix", ["--json", "--explain", "--since"]),
         ("render", ["--check"]),
+        ("push", ["--git-ref", "--default-branch", "--commit"]),
+        ("package-diff", ["--before", "--after"]),
         (
             "build",
             ["--cuda", "--torch", "--tf", "--python", "--flavor", "--mirror", "--dry-run", "--ca-bundle", "--netrc"],
@@ -233,6 +235,16 @@ def in_process(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[st
             ["push", "--registry", "127.0.0.1:5000", "--retries", "x"],  # was: Invoke's ValueError traceback
             ["--retries: is 'x' (allowed: a whole number from 0 to 10)"],
             id="push-retries",
+        ),
+        pytest.param(
+            ["build", "--jobs", "abc", "--dry-run"],  # was: Invoke's ValueError traceback, exit 1
+            ["--jobs: is 'abc', not a whole number from 1 to 64 in ASCII digits"],
+            id="build-jobs",
+        ),
+        pytest.param(
+            ["build", "--jobs", "\uff11", "--dry-run"],  # was: read as 1 (Invoke's int() takes fullwidth digits)
+            ["--jobs: is '\uff11', not a whole number from 1 to 64 in ASCII digits"],
+            id="build-jobs-fullwidth",
         ),
     ],
 )
