@@ -54,9 +54,10 @@ engine_answers() { command -v docker >/dev/null && docker info >/dev/null 2>&1; 
 host_debian_mirror() {
     python3 -c 'from dlimages.mirrors import debian_mirrors; print(debian_mirrors()[0].rstrip("/"))' 2>/dev/null && return
     local found
-    found="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '$1 == "URIs:" && $2 ~ /\/debian\/?$/ {print $2; exit}')"
-    [[ -n "$found" ]] || found="$(cat /etc/apt/sources.list 2>/dev/null \
-        | awk '$1 == "deb" && $2 ~ /\/debian\/?$/ {print $2; exit}')"
+    local apt="${APT_DIR:-/etc/apt}"
+    found="$(cat "$apt"/sources.list.d/*.sources 2>/dev/null | awk '$1 == "URIs:" && $2 ~ /\/debian\/?$/ {print $2; exit}' || true)"
+    [[ -n "$found" ]] || found="$(cat "$apt"/sources.list 2>/dev/null \
+        | awk '$1 == "deb" && $2 ~ /\/debian\/?$/ {print $2; exit}' || true)"
     [[ -n "$found" ]] && printf '%s\n' "${found%/}"
 }
 
@@ -226,6 +227,9 @@ stop_own() {
     rm -rf --one-file-system "$dir"
     log "deleted $dir"
 }
+
+# Sourced (the tests do, for its functions): define them, run nothing.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 
 case "${1:-}" in
     --mirror) main "${2:?--mirror needs a URL}" ;;

@@ -3,6 +3,7 @@ The real thing (no engine running, `invoke build` starts one) is measured in doc
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -91,3 +92,32 @@ def test_a_failed_start_is_an_error_not_a_build_against_nothing(starts: bool, co
     with pytest.raises(EngineUnavailable) as caught:
         ensure_engine(ROOT, host.runner, setup=True, on_line=lambda _: None)
     assert f"scripts/engine.sh exited {code}" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("sources.list.d/debian.sources", "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\n"),
+        ("sources.list", "deb http://mirror.example/debian bookworm main\n"),
+    ],
+)
+def test_the_engine_script_run_by_hand_outside_the_projects_python_finds_the_mirror(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    """`bash scripts/engine.sh` as the README says, with no dlimages importable: no traceback, the host's mirror."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text("#!/bin/sh\necho 'Traceback (most recent call last):' >&2\nexit 1\n")
+    (fake / "python3").chmod(0o755)
+    apt = tmp_path / "apt"
+    (apt / name).parent.mkdir(parents=True, exist_ok=True)
+    (apt / name).write_text(text)
+    script = Path(__file__).resolve().parents[2] / ENGINE_SCRIPT
+    done = subprocess.run(
+        ["bash", "-c", 'source "$1" && host_debian_mirror', "bash", str(script)],
+        env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "APT_DIR": str(apt)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "http://mirror.example/debian\n", "")
