@@ -31,8 +31,13 @@ trap cleanup EXIT
 id -nG "$USER_NAME" | grep -qw docker || die "$USER_NAME is not in the docker group"
 home="$(getent passwd "$USER_NAME" | cut -d: -f6)"
 work="$home/dlimages"
+root_id="$(docker image inspect --format '{{.Id}}' "$image")" || die "root's image $image is missing"
+# The commit root built (its revision label): the user builds that very commit.
+revision="$(docker image inspect --format '{{index .Config.Labels "org.opencontainers.image.revision"}}' "$image")"
+[[ "$revision" =~ ^[0-9a-f]{40}$ ]] || die "root's $image comes from '$revision', not from a commit"
 rm -rf "$work"
 git clone --quiet "$repo" "$work"
+git -C "$work" -c advice.detachedHead=false checkout --quiet "$revision"
 chown -R "$USER_NAME:" "$work"
 out="$(mktemp -d)"
 chmod 0755 "$out"
@@ -59,7 +64,6 @@ remote_digest() {
         | awk 'tolower($1) == "docker-content-digest:" {print $2}' | tr -d '\r'
 }
 
-root_id="$(docker image inspect --format '{{.Id}}' "$image")" || die "root's image $image is missing"
 root_digest="$(remote_digest)"
 [[ -n "$root_digest" ]] || die "the registry $registry has no $image: run this after root's push"
 invoke doctor --json >"$out/doctor-root.json"
