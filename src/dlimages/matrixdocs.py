@@ -1,5 +1,5 @@
-"""The matrix for people who look before they read: README's matrix table, the picture docs/matrix.svg and the driver
-tables of docs/provisioning.md, as text made from the expansion (render.py writes them and checks them for drift).
+"""The matrix for people who look before they read: the table of docs/matrix.md and the driver tables of
+docs/provisioning.md, as text made from the expansion (render.py writes them and checks them for drift).
 
 Pure and deterministic: the same matrix, locks and documents give the same bytes, with nothing from the clock or the
 host. A generated block sits between two marker lines of its document (`<!-- NAME:begin -->`, `<!-- NAME:end -->`);
@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from xml.sax.saxutils import escape, quoteattr
 
 from dlimages import doctor
 from dlimages.cells import Cell, Exclusion, Expansion
@@ -20,11 +19,11 @@ from dlimages.errors import InputError, Problem
 from dlimages.payload.dl_stack import FRAMEWORKS
 from dlimages.spec import Matrix, version_key
 
-README = "README.md"
-PROVISIONING = "docs/provisioning.md"
-PICTURE = "docs/matrix.svg"
+DOCS = "docs"  # every document with a generated block lives here; a tree without it (a test's copy) has none
+MATRIX_PAGE = f"{DOCS}/matrix.md"
+PROVISIONING = f"{DOCS}/provisioning.md"
 
-# What each Reason.rule of compat.judge means, in a line: the legend of the picture and of README's exclusions.
+# What each Reason.rule of compat.judge means, in a line: the legend of the matrix page's exclusions.
 REASON_CODES: Mapping[str, str] = {
     "cuda-build": "the release was not published for this CUDA version",
     "python-wheel": "the release, or a package installed beside it, has no wheel for this Python",
@@ -85,7 +84,7 @@ class Block:
 def blocks(matrix: Matrix, expansion: Expansion, locks: Mapping[str, str]) -> list[Block]:
     """Every generated block, by document; `locks`: each cell's lock status by slug (lock.lock_state)."""
     return [
-        Block(README, "matrix", readme_matrix(matrix, expansion, locks)),
+        Block(MATRIX_PAGE, "matrix", matrix_table(matrix, expansion, locks)),
         Block(PROVISIONING, "drivers", driver_tables(matrix, expansion)),
         Block(PROVISIONING, "nodes", example_nodes(expansion)),
     ]
@@ -150,13 +149,10 @@ def _points(expansion: Expansion) -> Callable[[str, str, str, str], _Point]:
     return point
 
 
-def _releases(matrix: Matrix, framework: str) -> list[str]:
-    return sorted(matrix.frameworks[framework].releases, key=version_key)
-
-
 def _built_for(matrix: Matrix, framework: str, cuda: str) -> list[str]:
     """The framework's releases published for this CUDA (whatever the rules then say about Python and flavor)."""
-    return [v for v in _releases(matrix, framework) if cuda in matrix.frameworks[framework].releases[v].variants]
+    releases = matrix.frameworks[framework].releases
+    return [v for v in sorted(releases, key=version_key) if cuda in releases[v].variants]
 
 
 def _title(framework: str) -> str:
@@ -191,7 +187,7 @@ def _versions_of(cells: Sequence[Cell], *, cuda: bool = True) -> str:
     )
 
 
-# --- README: the table -----------------------------------------------------------------------------------------
+# --- docs/matrix.md: the table -------------------------------------------------------------------------------
 
 
 def _cuda_libraries(cell: Cell) -> str:
@@ -217,9 +213,9 @@ def _lock_text(cells: Sequence[Cell], locks: Mapping[str, str], matrix: Matrix) 
     )
 
 
-def readme_matrix(matrix: Matrix, expansion: Expansion, locks: Mapping[str, str]) -> str:
-    """README's matrix block: releases by CUDA by Python with each valid cell's flavors, CUDA libraries, base and lock,
-    then every excluded combination, grouped by release and reason (in a <details>)."""
+def matrix_table(matrix: Matrix, expansion: Expansion, locks: Mapping[str, str]) -> str:
+    """The matrix page's block: releases by CUDA by Python with each valid cell's flavors, CUDA libraries, base and
+    lock, then every excluded combination, grouped by release and reason (in a <details>)."""
     point = _points(expansion)
     pythons = matrix.axes.python
     counts = ", ".join(
@@ -451,152 +447,3 @@ def example_nodes(expansion: Expansion) -> str:
 
 def _no_probe() -> doctor.Node:
     raise AssertionError("example nodes are given by flags; nothing is probed")  # pragma: no cover
-
-
-# --- docs/matrix.svg --------------------------------------------------------------------------------------------
-
-FONT = 11
-CHAR_W = 7  # a monospace character at FONT px, rounded up, so that text stays inside its box
-LINE_H = 15
-PAD = 6
-MARGIN = 16
-LABEL_W = 96
-GAP = 6
-VALID_FILL, VALID_STROKE = "#dcefdc", "#3d7a3d"
-NONE_FILL, NONE_STROKE = "#f3f3f3", "#b5b5b5"
-VALID_TEXT, EXCLUDED_TEXT = "#1f1f1f", "#7a7a7a"
-
-
-@dataclass(frozen=True)
-class _Line:
-    text: str
-    valid: bool
-    title: str
-
-
-def _box_lines(matrix: Matrix, point: Callable[[str, str, str, str], _Point], framework: str, cuda: str,
-               python: str) -> list[_Line]:  # fmt: skip
-    """One line per release published for the CUDA: its flavors, or ✗ and the codes that exclude it."""
-    lines: list[_Line] = []
-    for version in _built_for(matrix, framework, cuda):
-        p = point(framework, version, cuda, python)
-        # The tooltip: the tags of what was built, then every excluded flavor with its reasons and sources.
-        title = [f"{cell.image}:{cell.immutable_tag}" for cell in p.cells]
-        title += [f"{e.candidate.describe()}: {'; '.join(map(str, e.reasons))}" for e in p.excluded]
-        if p.cells:
-            lines.append(_Line(f"{version} {_flavors(p.cells, matrix)}", True, "\n".join(title)))
-        else:
-            lines.append(_Line(f"{version} ✗ {', '.join(p.codes)}", False, "\n".join(title)))
-    if not lines:
-        excluded = [e for v in _releases(matrix, framework) for e in point(framework, v, cuda, python).excluded]
-        codes = _Point((), tuple(excluded)).codes
-        lines.append(_Line(f"✗ {', '.join(codes)}", False, f"no {_title(framework)} release for CUDA {cuda}"))
-    return lines
-
-
-def _flavor_notes(matrix: Matrix, expansion: Expansion, framework: str) -> list[str]:
-    """Flavors missing beside valid cells (the picture shows the flavors built, not those excluded), e.g.
-    "devel ✗ no-duplicate-cuda: every release"."""
-    valid = {(c.framework_version, c.cuda, c.python) for c in expansion.cells if c.framework == framework}
-    missing: dict[tuple[str, str], set[str]] = {}
-    for exclusion in expansion.excluded:
-        c = exclusion.candidate
-        if c.framework == framework and (c.version, c.cuda, c.python) in valid:
-            for reason in exclusion.reasons:
-                missing.setdefault((c.flavor, reason.rule), set()).add(c.version)
-    released = {c.framework_version for c in expansion.cells if c.framework == framework}
-    notes = []
-    for (flavor, rule), versions in sorted(missing.items()):
-        which = "every release" if versions == released else ", ".join(sorted(versions, key=version_key))
-        notes.append(f"{flavor} ✗ {rule}: {which}")
-    return notes
-
-
-def matrix_svg(matrix: Matrix, expansion: Expansion) -> str:
-    """The picture: per framework, a box per Python and CUDA, each listing the releases published for that CUDA; a box
-    with a valid cell is filled, an excluded release shows ✗ and its rule's code, the legend says what codes mean.
-    Every line carries a <title>: the image tags it stands for, or the full reasons it was excluded."""
-    point = _points(expansion)
-    pythons, cudas = matrix.axes.python, matrix.axes.cuda
-    panels = []
-    longest = 0
-    for framework in matrix.frameworks:
-        boxes = {(p, c): _box_lines(matrix, point, framework, c, p) for p in pythons for c in cudas}
-        rows = max(len(lines) for lines in boxes.values())
-        longest = max([longest, *(len(line.text) for lines in boxes.values() for line in lines)])
-        panels.append((framework, boxes, rows, _flavor_notes(matrix, expansion, framework)))
-    box_w = longest * CHAR_W + 2 * PAD
-    grid_w = LABEL_W + len(cudas) * (box_w + GAP)
-    total = len(expansion.cells) + len(expansion.excluded)
-    title = (
-        f"The image matrix of release {matrix.release}: {len(expansion.cells)} valid cells of {total} combinations "
-        "(generated from matrix.yaml by invoke render)"
-    )
-    used = sorted({r.rule for e in expansion.excluded for r in e.reasons})
-    legend = [
-        "Filled box: images are built there. One line per release published for that CUDA: its flavors, or ✗ and",
-        "the codes of the rules that exclude it (opened on its own, the SVG has each line's tags or reasons):",
-        *(f"  {code:<18} {REASON_CODES.get(code, UNKNOWN_CODE)}" for code in used),
-    ]
-    text_w = max(len(line) for line in [title, *legend, *(n for *_, notes in panels for n in notes)]) * CHAR_W
-    width = MARGIN * 2 + max(grid_w, text_w)
-    out: list[str] = []
-    y = MARGIN + FONT + 2
-    out.append(_text(MARGIN, y, title, weight="bold", size=FONT + 2))
-    y += LINE_H + 4
-    for framework, boxes, rows, notes in panels:
-        y += LINE_H
-        out.append(_text(MARGIN, y, f"{_title(framework)} ({matrix.images[framework].name})", weight="bold"))
-        for note in notes:
-            y += LINE_H
-            out.append(_text(MARGIN, y, note, fill=EXCLUDED_TEXT))
-        y += LINE_H
-        for index, cuda in enumerate(cudas):
-            out.append(_text(MARGIN + LABEL_W + index * (box_w + GAP) + PAD, y, f"CUDA {cuda}", weight="bold"))
-        y += GAP
-        box_h = rows * LINE_H + 2 * PAD
-        for python in pythons:
-            out.append(_text(MARGIN, y + PAD + FONT, f"Python {python}", weight="bold"))
-            for index, cuda in enumerate(cudas):
-                x = MARGIN + LABEL_W + index * (box_w + GAP)
-                lines = boxes[(python, cuda)]
-                valid = any(line.valid for line in lines)
-                fill, stroke = (VALID_FILL, VALID_STROKE) if valid else (NONE_FILL, NONE_STROKE)
-                out.append(
-                    f'<rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="3" fill="{fill}" stroke="{stroke}"/>'
-                )
-                for number, line in enumerate(lines):
-                    baseline = y + PAD + FONT + number * LINE_H
-                    color = VALID_TEXT if line.valid else EXCLUDED_TEXT
-                    out.append(
-                        f"<g><title>{escape(line.title)}</title>{_text(x + PAD, baseline, line.text, fill=color)}</g>"
-                    )
-            y += box_h + GAP
-    y += LINE_H
-    for entry in legend:
-        out.append(_text(MARGIN, y, entry))
-        y += LINE_H
-    height = y + MARGIN - LINE_H + PAD
-    header = (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-labelledby="title" font-family="monospace" '
-        f'font-size="{FONT}">'
-    )
-    return "\n".join(
-        [
-            '<?xml version="1.0" encoding="UTF-8"?>',
-            "<!-- Generated from matrix.yaml by `invoke render`: do not edit. -->",
-            header,
-            f'<title id="title">{escape(title)}</title>',
-            f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
-            *out,
-            "</svg>",
-            "",
-        ]
-    )
-
-
-def _text(x: int, y: int, text: str, *, fill: str = VALID_TEXT, weight: str = "normal", size: int = FONT) -> str:
-    style = f' font-weight="{weight}"' if weight != "normal" else ""
-    style += f' font-size="{size}"' if size != FONT else ""
-    return f'<text x="{x}" y="{y}" fill={quoteattr(fill)}{style} xml:space="preserve">{escape(text)}</text>'

@@ -1,5 +1,5 @@
 """Render every cell's Dockerfile (and the assets images copy) into images/, deterministically, and the docs made
-from the matrix (README's table, docs/provisioning.md's driver tables, docs/matrix.svg: text from matrixdocs).
+from the matrix (docs/matrix.md's table, docs/provisioning.md's driver tables: text from matrixdocs).
 
 Everything is rendered in memory and checked (each Dockerfile holds only the instructions the templates write)
 before anything is written. Then each file that differs is replaced whole, in place: images/ itself is never moved,
@@ -26,7 +26,7 @@ from dlimages.errors import InputError, Problem, allowed_list
 from dlimages.files import stage, turn
 from dlimages.grammar import reference_problem
 from dlimages.lock import LOCK_FILES, install_flags, lock_state
-from dlimages.matrixdocs import PICTURE, README, Block, blocks, matrix_svg, splice
+from dlimages.matrixdocs import DOCS, Block, blocks, splice
 from dlimages.selection import flags_for
 from dlimages.spec import MATRIX_FILE, Matrix
 
@@ -517,17 +517,17 @@ def _mode(path: Path) -> int:
     return EXECUTABLE if os.access(path, os.X_OK) else REGULAR
 
 
-# --- The docs made from the matrix: README's table, docs/provisioning.md's driver tables, docs/matrix.svg ---------
+# --- The docs made from the matrix: docs/matrix.md's table, docs/provisioning.md's driver tables -----------------
 
 
 def render_documents(root: Path, matrix: Matrix, expansion: Expansion) -> list[GeneratedFile]:
-    """The documents with their generated blocks in place, and the picture, in memory (matrixdocs makes the text).
+    """The documents with their generated blocks in place, in memory (matrixdocs makes the text).
 
-    Only in a tree with a README.md: the copies of the repo that tests make have none, and a document that holds
-    blocks is never created from nothing (the picture is). Where README.md is, every document a block goes in must
-    hold its markers; otherwise InputError names each document and nothing is written.
+    Only in a tree with a docs/ folder: the copies of the repo that tests make have none, and a document that holds
+    blocks is never created from nothing. Where docs/ is, every document a block goes in must hold its markers;
+    otherwise InputError names each document and nothing is written.
     """
-    if not (root / README).is_file():
+    if not (root / DOCS).is_dir():
         return []
     locks = {cell.slug: lock_state(root, cell, matrix.packages.pip).status for cell in expansion.cells}
     by_document: dict[str, list[Block]] = {}
@@ -560,7 +560,6 @@ def render_documents(root: Path, matrix: Matrix, expansion: Expansion) -> list[G
         raise InputError(
             problems, heading="The docs generated from matrix.yaml have nowhere to go; nothing was written:"
         )
-    files.append(GeneratedFile(PICTURE, matrix_svg(matrix, expansion).encode(), part="the picture of the matrix"))
     return files
 
 

@@ -1,5 +1,5 @@
-"""The docs made from the matrix (matrixdocs, written and checked by `invoke render`): README's matrix block, the
-driver tables of docs/provisioning.md and docs/matrix.svg.
+"""The docs made from the matrix (matrixdocs, written and checked by `invoke render`): the matrix block of
+docs/matrix.md and the driver tables of docs/provisioning.md.
 
 Behaviour runs on the fixture matrix in a repo copy with minimal documents; the repo's own documents are checked
 once for drift, like images/ (test_render.py).
@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -21,14 +20,13 @@ from dlimages import doctor, matrixdocs
 from dlimages.cells import Expansion
 from dlimages.errors import InputError
 from dlimages.lock import lock_state
-from dlimages.matrixdocs import PICTURE, PROVISIONING, README, Block, splice
+from dlimages.matrixdocs import MATRIX_PAGE, PROVISIONING, Block, splice
 from dlimages.project import Project
 from dlimages.render import render_documents, stale_documents
 from dlimages.spec import Matrix
 
 REPO = Path(__file__).resolve().parents[2]
-SVG = "{http://www.w3.org/2000/svg}"
-README_TEXT = "# A project\n\nIts own words.\n\n<!-- matrix:begin -->\nold table\n<!-- matrix:end -->\n\nMore words.\n"
+MATRIX_TEXT = "# The matrix\n\nIts own words.\n\n<!-- matrix:begin -->\nold table\n<!-- matrix:end -->\n\nMore words.\n"
 PROVISIONING_TEXT = (
     "# Provisioning\r\n\r\n<!-- drivers:begin -->\r\n<!-- drivers:end -->\r\n\r\nProse.\r\n\r\n"
     "<!-- nodes:begin -->\r\n<!-- nodes:end -->\r\n"
@@ -37,10 +35,10 @@ PROVISIONING_TEXT = (
 
 @pytest.fixture
 def documented(repo_copy: Path) -> Path:
-    """A repo copy (the fixture matrix, the real templates and tasks.py) with a README.md and docs/provisioning.md
-    holding their markers, rendered once."""
-    (repo_copy / README).write_text(README_TEXT, encoding="utf-8")
+    """A repo copy (the fixture matrix, the real templates and tasks.py) with a docs/matrix.md and
+    docs/provisioning.md holding their markers, rendered once."""
     (repo_copy / "docs").mkdir()
+    (repo_copy / MATRIX_PAGE).write_text(MATRIX_TEXT, encoding="utf-8")
     (repo_copy / PROVISIONING).write_bytes(PROVISIONING_TEXT.encode())  # CRLF: kept outside the blocks
     Project(repo_copy).write_rendered()
     return repo_copy
@@ -65,24 +63,22 @@ def _render(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-# --- README's block -------------------------------------------------------------------------------------------
+# --- the matrix page's block ----------------------------------------------------------------------------------
 
 
-def test_the_readme_block_is_what_the_matrix_gives(documented: Path, matrix: Matrix, expansion: Expansion) -> None:
-    text = (documented / README).read_text(encoding="utf-8")
-    assert _between(text, "matrix") == matrixdocs.readme_matrix(
-        matrix, expansion, _locks(documented, matrix, expansion)
-    )
+def test_the_matrix_block_is_what_the_matrix_gives(documented: Path, matrix: Matrix, expansion: Expansion) -> None:
+    text = (documented / MATRIX_PAGE).read_text(encoding="utf-8")
+    assert _between(text, "matrix") == matrixdocs.matrix_table(matrix, expansion, _locks(documented, matrix, expansion))
     # Everything outside the markers is the document's own, kept as it was.
-    assert text.startswith("# A project\n\nIts own words.\n\n<!-- matrix:begin -->\n")
+    assert text.startswith("# The matrix\n\nIts own words.\n\n<!-- matrix:begin -->\n")
     assert text.endswith("<!-- matrix:end -->\n\nMore words.\n")
     assert "old table" not in text
 
 
-def test_the_readme_block_names_every_valid_cell_and_every_excluding_rule(
+def test_the_matrix_block_names_every_valid_cell_and_every_excluding_rule(
     documented: Path, expansion: Expansion
 ) -> None:
-    block = _between((documented / README).read_text(encoding="utf-8"), "matrix")
+    block = _between((documented / MATRIX_PAGE).read_text(encoding="utf-8"), "matrix")
     rows = [line for line in block.splitlines() if line.startswith("| PyTorch") or line.startswith("| TensorFlow")]
     for cell in expansion.cells:
         title = cell.title.split(" ")[0]
@@ -98,7 +94,7 @@ def test_the_readme_block_names_every_valid_cell_and_every_excluding_rule(
 
 
 def test_the_table_shows_a_flavor_lock_and_reason_code_per_python(matrix: Matrix, expansion: Expansion) -> None:
-    block = matrixdocs.readme_matrix(matrix, expansion, {})
+    block = matrixdocs.matrix_table(matrix, expansion, {})
     # The fixture's TensorFlow 2.4.4 is on nvidia/cuda 11.0, whose images exist for ubuntu20.04 (Python 3.8) only.
     [row] = [line for line in block.splitlines() if line.startswith("| TensorFlow 2.4.4 | 11.0 |")]
     assert row == (
@@ -110,47 +106,40 @@ def test_the_table_shows_a_flavor_lock_and_reason_code_per_python(matrix: Matrix
     assert "| ✗ `python-wheel` |" in row and "no-duplicate-cuda" not in row
 
 
+def test_every_rule_compat_can_give_has_a_code_in_the_legend() -> None:
+    source = (REPO / "src/dlimages/compat.py").read_text(encoding="utf-8")
+    rules = set(re.findall(r'Reason\(\s*"([a-z-]+)"', source))
+    assert rules and rules <= set(matrixdocs.REASON_CODES), rules - set(matrixdocs.REASON_CODES)
+
+
 @pytest.mark.slow
-def test_a_hand_edited_readme_block_fails_the_check_naming_readme(documented: Path) -> None:
-    readme = documented / README
-    readme.write_text(readme.read_text(encoding="utf-8").replace("| runtime |", "| runtime, devel |", 1), "utf-8")
+def test_a_hand_edited_matrix_block_fails_the_check_naming_its_page(documented: Path) -> None:
+    page = documented / MATRIX_PAGE
+    page.write_text(page.read_text(encoding="utf-8").replace("| runtime |", "| runtime, devel |", 1), "utf-8")
     with pytest.raises(InputError) as caught:
         Project(documented).check_rendered()
     assert caught.value.report() == (
         "the docs are out of date (1 files):\n"
-        "error: README.md: the block between `<!-- matrix:begin -->` and `<!-- matrix:end -->` differs from "
+        "error: docs/matrix.md: the block between `<!-- matrix:begin -->` and `<!-- matrix:end -->` differs from "
         "matrix.yaml (stale or edited by hand); run `invoke render`"
     )
     result = _render(documented, "--check")
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "README.md: the block between `<!-- matrix:begin -->`" in result.stderr
+    assert "docs/matrix.md: the block between `<!-- matrix:begin -->`" in result.stderr
     assert _render(documented).returncode == 0
     assert _render(documented, "--check").returncode == 0
 
 
 def test_text_outside_the_blocks_is_the_documents_own(documented: Path) -> None:
-    readme = documented / README
-    readme.write_text(readme.read_text(encoding="utf-8") + "\nA paragraph someone added.\n", "utf-8")
+    page = documented / MATRIX_PAGE
+    page.write_text(page.read_text(encoding="utf-8") + "\nA paragraph someone added.\n", "utf-8")
     Project(documented).check_rendered()  # no drift: only the blocks are generated
-
-
-def test_a_stale_picture_and_a_missing_one_fail_the_check(documented: Path) -> None:
-    picture = documented / PICTURE
-    picture.write_text(picture.read_text(encoding="utf-8").replace("runtime", "rantime"), "utf-8")
-    with pytest.raises(InputError) as caught:
-        Project(documented).check_rendered()
-    assert "docs/matrix.svg: the picture of the matrix differs from matrix.yaml" in caught.value.report()
-    picture.unlink()
-    with pytest.raises(InputError) as caught:
-        Project(documented).check_rendered()
-    assert "docs/matrix.svg: missing; run `invoke render`" in caught.value.report()
-    assert Project(documented).write_rendered()[0] == ["wrote docs/matrix.svg"]
 
 
 def test_a_document_without_its_markers_stops_the_render_and_nothing_is_written(documented: Path) -> None:
     snapshot = {p: p.read_bytes() for p in sorted(documented.rglob("*")) if p.is_file() and "__pycache__" not in str(p)}
-    (documented / README).write_text("# A project\n\n<!-- matrix:end -->\n<!-- matrix:begin -->\n", "utf-8")
-    snapshot[documented / README] = (documented / README).read_bytes()
+    (documented / MATRIX_PAGE).write_text("# The matrix\n\n<!-- matrix:end -->\n<!-- matrix:begin -->\n", "utf-8")
+    snapshot[documented / MATRIX_PAGE] = (documented / MATRIX_PAGE).read_bytes()
     # A template change that would rewrite every Dockerfile: it must not reach images/ either.
     labels = documented / "templates/partials/labels.j2"
     labels.write_text(labels.read_text(encoding="utf-8").replace("Labels last", "Labels, last"), "utf-8")
@@ -158,7 +147,7 @@ def test_a_document_without_its_markers_stops_the_render_and_nothing_is_written(
     result = _render(documented)
     assert result.returncode == 2, result.stdout + result.stderr
     assert (
-        "error: README.md: needs the line `<!-- matrix:begin -->`, then the line `<!-- matrix:end -->`, once each "
+        "error: docs/matrix.md: needs the line `<!-- matrix:begin -->`, then the line `<!-- matrix:end -->`, once each "
         "(found 1 `<!-- matrix:begin -->` and 1 `<!-- matrix:end -->`)"
     ) in result.stderr
     assert "Traceback" not in result.stderr
@@ -166,14 +155,14 @@ def test_a_document_without_its_markers_stops_the_render_and_nothing_is_written(
     assert after == snapshot
 
 
-def test_a_missing_guide_is_named_when_the_readme_is_there(documented: Path) -> None:
+def test_a_missing_guide_is_named_when_the_docs_are_there(documented: Path) -> None:
     (documented / PROVISIONING).unlink()
     with pytest.raises(InputError) as caught:
         Project(documented).documents()
     assert "error: docs/provisioning.md: missing: it holds the blocks `<!-- drivers:begin -->`" in caught.value.report()
 
 
-def test_a_tree_without_a_readme_has_no_docs(repo_copy: Path) -> None:
+def test_a_tree_without_a_docs_folder_has_no_docs(repo_copy: Path) -> None:
     # The copies of the repo other tests make: nothing to put a block in, and no document is made from nothing.
     assert Project(repo_copy).documents() == []
 
@@ -190,15 +179,15 @@ def test_a_tree_without_a_readme_has_no_docs(repo_copy: Path) -> None:
 )
 def test_splice_needs_each_marker_once_on_its_own_line(text: str, found: str) -> None:
     with pytest.raises(InputError) as caught:
-        splice(text, Block(README, "matrix", "new\n"))
-    assert f"error: README.md: needs the line `<!-- matrix:begin -->`, then the line `<!-- matrix:end -->`, once " \
-        f"each ({found}" in caught.value.report()  # fmt: skip
+        splice(text, Block(MATRIX_PAGE, "matrix", "new\n"))
+    assert f"error: docs/matrix.md: needs the line `<!-- matrix:begin -->`, then the line `<!-- matrix:end -->`, " \
+        f"once each ({found}" in caught.value.report()  # fmt: skip
 
 
 def test_splice_replaces_only_the_block_and_keeps_line_endings() -> None:
     text = "a\r\n<!-- matrix:begin -->\r\nold\r\n<!-- matrix:end -->\r\nb\r\n"
     assert (
-        splice(text, Block(README, "matrix", "new\n"))
+        splice(text, Block(MATRIX_PAGE, "matrix", "new\n"))
         == "a\r\n<!-- matrix:begin -->\r\nnew\n<!-- matrix:end -->\r\nb\r\n"
     )
 
@@ -269,61 +258,19 @@ def test_the_requirements_the_guides_prose_quotes_are_images_own(real_expansion:
         assert any(cell.driver.require_cuda == requirement for cell in real_expansion.cells), requirement
 
 
-# --- the picture ------------------------------------------------------------------------------------------------
-
-
-def _svg(text: str) -> ET.Element:
-    root = ET.fromstring(text.encode())  # noqa: S314 - our own generated text
-    assert root.tag == f"{SVG}svg"
-    return root
-
-
-@pytest.mark.parametrize("which", ["fixture", "real"])
-def test_the_picture_is_valid_svg_naming_every_valid_cell(
-    which: str, matrix: Matrix, expansion: Expansion, real_matrix: Matrix, real_expansion: Expansion
-) -> None:
-    m, e = (matrix, expansion) if which == "fixture" else (real_matrix, real_expansion)
-    root = _svg(matrixdocs.matrix_svg(m, e))
-    titles = "\n".join(t.text or "" for t in root.iter(f"{SVG}title"))
-    texts = [t.text or "" for t in root.iter(f"{SVG}text")]
-    for cell in e.cells:
-        assert f"{cell.image}:{cell.immutable_tag}" in titles.split("\n"), cell.slug
-        assert any(line.startswith(f"{cell.framework_version} ") and cell.flavor in line for line in texts), cell.slug
-    for exclusion in e.excluded:
-        if (
-            exclusion.candidate.cuda
-            in m.frameworks[exclusion.candidate.framework].releases[exclusion.candidate.version].variants
-        ):
-            assert exclusion.candidate.describe() in titles  # its full reasons, on its line
-    legend = "\n".join(texts)
-    for rule in {r.rule for x in e.excluded for r in x.reasons}:
-        assert re.search(rf"^  {re.escape(rule)} +{re.escape(matrixdocs.REASON_CODES[rule])}$", legend, re.M), rule
-    width, height = int(root.attrib["width"]), int(root.attrib["height"])
-    assert root.attrib["viewBox"] == f"0 0 {width} {height}"
-    for rect in root.iter(f"{SVG}rect"):  # every box inside the picture
-        assert int(rect.attrib.get("x", 0)) + int(rect.attrib["width"]) <= width
-        assert int(rect.attrib.get("y", 0)) + int(rect.attrib["height"]) <= height
-
-
-def test_every_rule_compat_can_give_has_a_code_in_the_legend() -> None:
-    source = (REPO / "src/dlimages/compat.py").read_text(encoding="utf-8")
-    rules = set(re.findall(r'Reason\(\s*"([a-z-]+)"', source))
-    assert rules and rules <= set(matrixdocs.REASON_CODES), rules - set(matrixdocs.REASON_CODES)
-
-
 # --- the repo's own documents, and determinism ------------------------------------------------------------------
 
 
 def test_committed_docs_are_up_to_date(real_matrix: Matrix, real_expansion: Expansion) -> None:
     files = render_documents(REPO, real_matrix, real_expansion)
-    assert [f.path for f in files] == [README, PROVISIONING, PICTURE]
+    assert [f.path for f in files] == [MATRIX_PAGE, PROVISIONING]
     problems = stale_documents(REPO, files)
     assert problems == [], "\n".join(map(str, problems))
 
 
-def test_the_readme_shows_the_picture_and_links_the_guide() -> None:
-    readme = (REPO / README).read_text(encoding="utf-8")
-    assert "![matrix](docs/matrix.svg)" in readme
+def test_the_readme_links_the_matrix_and_the_guide() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "(docs/matrix.md)" in readme
     assert "(docs/provisioning.md)" in readme
 
 
@@ -343,10 +290,10 @@ def test_the_docs_are_the_same_bytes_in_two_processes(tmp_path: Path) -> None:
         (root / "docs").mkdir(parents=True)
         shutil.copy2(REPO / "matrix.yaml", root / "matrix.yaml")
         shutil.copytree(REPO / "templates", root / "templates")
-        (root / README).write_text(README_TEXT, encoding="utf-8")
+        (root / MATRIX_PAGE).write_text(MATRIX_TEXT, encoding="utf-8")
         (root / PROVISIONING).write_bytes(PROVISIONING_TEXT.encode())
         env = {**os.environ, "PYTHONHASHSEED": seed}
         subprocess.run([sys.executable, "-c", _RENDER], cwd=root, env=env, check=True, timeout=120)
-        outputs.append([(root / path).read_bytes() for path in (README, PROVISIONING, PICTURE)])
+        outputs.append([(root / path).read_bytes() for path in (MATRIX_PAGE, PROVISIONING)])
     assert outputs[0] == outputs[1]
     assert str(tmp_path).encode() not in b"".join(outputs[0])

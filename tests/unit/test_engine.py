@@ -1,5 +1,5 @@
 """engine.py without Docker: when a task starts the engine itself, and what it says when it may not or cannot.
-The real thing (no engine running, `invoke build` starts one) is measured in docs/measurements.md."""
+The real thing (no engine running, `invoke build` starts one) is measured in docs/notes/measurements.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`invoke render` killed part-way and run twice at once (issue 17 item 4): afterwards one render gives back the
 committed tree, every lock included.
 
-Each test works on a git repository made from this one's tracked files (what render reads and writes), so "as it
+Each test works on a git repository made from this one's files that render reads and writes, so "as it
 was" is `git status` saying nothing. A render runs as a real process (`python -m invoke render`) under a small
 wrapper that counts what the process does to files (create, write, rename, remove, chmod, sync) and, at a chosen
 step, kills the process with SIGKILL or holds it until the test lets it go: every point is reached
@@ -22,7 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # What render reads and writes; the rest of the repository plays no part.
-TREE = (".gitignore", "matrix.yaml", "tasks.py", "templates/", "images/", "README.md", "docs/")
+TREE = (".gitignore", "matrix.yaml", "tasks.py", "templates/", "images/", "docs/")
 ASSET = "images/assets/dl-entrypoint"
 
 # `python -m invoke ARGS...`, counting the steps that change files (COUNT=all) or only the renames (COUNT=renames);
@@ -106,9 +106,10 @@ def _clean(root: Path) -> bool:
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This repository's tracked files that render reads and writes, rendered once and committed to a new git repo."""
+    """This repository's files that render reads and writes (tracked, or new and not ignored), rendered once and
+    committed to a new git repo."""
     root = tmp_path_factory.mktemp("render-crash") / "repo"
-    tracked = _git(REPO, "ls-files", "-z", "--", *TREE).split("\0")
+    tracked = _git(REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *TREE).split("\0")
     for name in filter(None, tracked):
         if (REPO / name).is_file():  # a tracked file this working tree has deleted is no part of it
             (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -136,14 +137,15 @@ def _locks(root: Path) -> list[str]:
 
 
 def _drift(root: Path) -> None:
-    """Work for render of every kind: Dockerfiles edited by hand, cell.json files and the picture gone, an asset
-    that lost its mode, the Dockerfile and cell.json of a cell no longer in the matrix."""
+    """Work for render of every kind: Dockerfiles edited by hand, cell.json files gone, the matrix page's block
+    edited by hand, an asset that lost its mode, the Dockerfile and cell.json of a cell no longer in the matrix."""
     for number, dockerfile in enumerate(sorted((root / "images").glob("*/*/Dockerfile"))):
         with dockerfile.open("a", encoding="utf-8") as handle:
             handle.write("RUN echo edited by hand\n")
         if number % 2:
             (dockerfile.parent / "cell.json").unlink()
-    (root / "docs/matrix.svg").unlink()
+    page = root / "docs/matrix.md"
+    page.write_text(page.read_text(encoding="utf-8").replace("| runtime |", "| edited by hand |", 1), "utf-8")
     (root / ASSET).chmod(0o644)
     gone = root / "images/pytorch/cuda9.9-torch0.1.0-py3.8-runtime"
     gone.mkdir()
