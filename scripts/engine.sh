@@ -194,6 +194,8 @@ main() {
 own() {
     local dir="$1" mirror="${2:-}"
     need_root "an engine of its own" "--own $dir"
+    mkdir -p "$dir"
+    touch "$dir/$OWN_MARK"  # from here on, --stop-own deletes DIR, whatever happens next
     local other
     other="$(pgrep -x dockerd | head -n 1 || true)"
     [[ -z "$other" ]] || die "another dockerd runs (pid $other): a second one would take over its bridge (docker0) and iptables chains; stop it first"
@@ -201,9 +203,7 @@ own() {
         install_if_missing "$mirror"
     fi
     getent group docker >/dev/null || die "no 'docker' group (Debian's docker.io makes it)"
-    mkdir -p "$dir"
     chmod 0711 "$dir"  # members of the docker group reach DIR/docker.sock; nothing else in DIR is theirs
-    touch "$dir/$OWN_MARK"
     DOCKERD_DATA_ROOT="$dir/data" DOCKERD_PIDFILE="$dir/dockerd.pid" DOCKERD_LOG="$dir/dockerd.log"
     DOCKERD_FLAGS=(--exec-root="$dir/exec" --host="unix://$dir/docker.sock" --group=docker)
     export DOCKER_HOST="unix://$dir/docker.sock"

@@ -37,10 +37,13 @@ def invoke(*args: str) -> Result:
     return RUNNER([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], timeout=600)
 
 
-def engine_state() -> tuple[str, str]:
+def engine_state() -> tuple[list[str], list[str]]:
+    """Every image and every build-cache record (by ID: their "last used" times move when the engine is asked)."""
     images = RUNNER.docker("image", "ls", "--all", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}")
     cache = RUNNER.docker("buildx", "du", "--verbose")
-    return "\n".join(sorted(images.out.splitlines())), cache.out
+    records = [line for line in cache.out.splitlines() if line.startswith("ID:")]
+    assert images.ok and cache.ok and records, cache.err
+    return sorted(images.out.splitlines()), sorted(records)
 
 
 def test_disk_names_the_engines_data_root_and_its_free_space_and_changes_nothing(root: disk.DataRoot) -> None:
