@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
+from dlimages import usage
 from dlimages.cells import Cell
 from dlimages.engine import ENGINE_SCRIPT
 from dlimages.mirrors import HOST_PROFILE
@@ -46,7 +47,7 @@ def _pip_default_index() -> str | None:
     return str(PyPI.simple_url)
 
 
-MIRROR_BASES = "invoke bases.mirror"  # the task that copies every base into a team's own registry, once
+MIRROR_BASES = usage.BASES_MIRROR  # the task that copies every base into a team's own registry, once
 PYPI_INDEX = _pip_default_index()
 EVIDENCE_CHARS = 320  # the quoted line of output, shortened in the middle beyond this
 STEP_CHARS = 90
@@ -252,7 +253,7 @@ def _engine(output: Sequence[str]) -> Diagnosis | None:
             "engine",
             "Docker engine not reachable",
             f"The Docker engine is not reachable: start dockerd (on Debian 12, `bash {ENGINE_SCRIPT}` installs and "
-            "starts one; `invoke build` does that itself unless --no-engine-setup), then rerun. Nothing was built.",
+            f"starts one; `{usage.BUILD}` does that itself unless --no-engine-setup), then rerun. Nothing was built.",
             evidence=_evidence(output, "cannot connect to the docker daemon"),
         )
     if "permission denied while trying to connect to the docker daemon" in text.lower():
@@ -281,7 +282,7 @@ def _disk(output: Sequence[str]) -> Diagnosis | None:
     return Diagnosis(
         "disk",
         "disk full",
-        "The disk is full: `invoke disk` shows what the engine holds on its data root and the engine's own commands "
+        f"The disk is full: `{usage.DISK}` shows what the engine holds on its data root and the engine's own commands "
         "that give space back (`docker image prune`, `docker builder prune`); then rerun.",
         evidence=evidence,
     )
@@ -477,14 +478,14 @@ def _profile_way(
 
 def _offline_way(route: Route, remedies: Remedies, cell: Cell | None) -> str:
     """A cell on the offline base, which needs no registry at all."""
-    said = "the offline base, which `invoke base` makes here from an apt mirror with no registry"
+    said = f"the offline base, which `{usage.BASE}` makes here from an apt mirror with no registry"
     if cell is not None and cell.bootstrap_base:
         without = " without --base-registry" if route == "own" else ""
-        return f"{said}: this cell is on it; run `invoke base`, then `invoke build {flags_for(cell)}`{without}"
+        return f"{said}: this cell is on it; run `{usage.BASE}`, then `{usage.BUILD} {flags_for(cell)}`{without}"
     offline = offline_cell(remedies.cells, cell)
     if offline is None:
-        return f"a cell on {said} (`invoke matrix` lists them: Python 3.11)"
-    return f"a cell on {said}: `invoke build {flags_for(offline)}`"
+        return f"a cell on {said} (`{usage.MATRIX}` lists them: Python 3.11)"
+    return f"a cell on {said}: `{usage.BUILD} {flags_for(offline)}`"
 
 
 def offline_cell(cells: Sequence[Cell], like: Cell | None = None) -> Cell | None:
@@ -655,7 +656,7 @@ def _apt_advice(event: _Event, said: str, attempt: Attempt, remedies: Remedies) 
     if "nvidia" in event.host:
         lines.append(
             "  - no profile mirrors NVIDIA's CUDA apt repository: a cell whose CUDA comes from the framework's wheels "
-            "does not use it (`invoke matrix` shows `cuda from`)"
+            f"does not use it (`{usage.MATRIX}` shows `cuda from`)"
         )
     lines.append("  - " + _profiles_way("the apt archives", remedies.apt, attempt.profile))
     if cell is not None and cell.os_family != "debian":
@@ -679,10 +680,10 @@ def _torch_advice(event: _Event, said: str, trouble: Trouble, attempt: Attempt, 
         cudas = ", ".join(sorted({c.cuda for c in wheel_cells}, key=version_key))
         lines.append(
             f"  - cells on PyPI's wheels need no PyTorch index (the CUDA {cudas} PyTorch cells): "
-            f"`invoke build {flags_for(instead)}`"
+            f"`{usage.BUILD} {flags_for(instead)}`"
         )
     else:
-        lines.append("  - cells on PyPI's wheels need no PyTorch index (`invoke matrix` shows them)")
+        lines.append(f"  - cells on PyPI's wheels need no PyTorch index (`{usage.MATRIX}` shows them)")
     return lines
 
 
@@ -707,13 +708,13 @@ _LOCK_FAILURES: tuple[tuple[str, Kind, str, str], ...] = (
         "file hash mismatch",
         "A downloaded file does not match the hash the cell's lock records (images/<framework>/<cell>/*.lock): the "
         "index or mirror serves a different file, or the lock was edited. Nothing was installed from it; re-lock "
-        "(`invoke lock ...`) only if you trust the new file.",
+        f"(`{usage.LOCK} ...`) only if you trust the new file.",
     ),
     (
         "Hashes are required in --require-hashes mode",
         "lock",
         "lock misses a hash",
-        "The cell's lock misses a package or a hash (edited by hand?): run `invoke lock` for the cell.",
+        f"The cell's lock misses a package or a hash (edited by hand?): run `{usage.LOCK}` for the cell.",
     ),
 )
 _OTHER_FAILURES: tuple[tuple[str, Kind, str, str], ...] = (
@@ -740,7 +741,7 @@ _OTHER_FAILURES: tuple[tuple[str, Kind, str, str], ...] = (
         "pull access denied",
         "base",
         "base image not pullable",
-        "The base image is not available locally and cannot be pulled: make it (`invoke base`).",
+        f"The base image is not available locally and cannot be pulled: make it (`{usage.BASE}`).",
     ),
     (
         "Temporary failure resolving",
@@ -784,7 +785,7 @@ def _pip_check_failure(step: _Step, attempt: Attempt) -> Diagnosis | None:
     if len(said) > len(shown):
         shown.append(f"... and {len(said) - len(shown)} more")
     cell = attempt.cell
-    relock = f"`invoke lock {flags_for(cell)}`" if cell is not None else "`invoke lock` for the cell"
+    relock = f"`{usage.LOCK} {flags_for(cell)}`" if cell is not None else f"`{usage.LOCK}` for the cell"
     locked = "requirements.lock" in step.header or "/mnt/requirements.lock" in step.text
     lines = [
         "Every package installed, but they do not fit together (`pip check`), so nothing was tagged:",

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlimages import usage
 from dlimages.buildplan import BuildPlan
 from dlimages.errors import InputError, Problem
 from dlimages.files import write_atomic
@@ -194,7 +195,7 @@ def jobs_from_flags(jobs: str, cache_from: str | None, cache_to: str | None) -> 
 
 # --- invoke bake --out: where the bake file may go ------------------------------------------------------------
 
-OUT_ALLOWED = f"a new file, a bake file `invoke bake` wrote, or any file under .work/ (default {BAKE_FILE})"
+OUT_ALLOWED = f"a new file, a bake file `{usage.BAKE}` wrote, or any file under .work/ (default {BAKE_FILE})"
 WORK_DIR = ".work"  # ignored by git: the repository's scratch folder
 _MAX_BAKE_BYTES = 16 << 20  # far above the bake file of every cell of the matrix (a few hundred KB)
 
@@ -222,7 +223,7 @@ def out_problems(out: str, root: Path, runner: Runner) -> list[Problem]:
         if resolved.is_relative_to(top) and _tracked(top, resolved.relative_to(top), runner):
             return problem("is a file git tracks: the bake file would overwrite it")
         if path.is_file() and not resolved.is_relative_to(top / WORK_DIR) and not _written_by_bake(path):
-            return problem("exists and is not a bake file `invoke bake` wrote")
+            return problem(f"exists and is not a bake file `{usage.BAKE}` wrote")
         folder = next(parent for parent in path.absolute().parents if os.path.lexists(parent))
         if not folder.is_dir():
             return problem(f"cannot be made: {folder} is a file, not a folder")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from dlimages import usage
 from dlimages.cells import Cell
 from dlimages.errors import InputError, Problem
 from dlimages.files import write_atomic
@@ -29,11 +30,11 @@ LOCK_FILE = Path("images/bases.lock.json")  # relative to the repository root
 COMMENT_KEY = "_comment"
 COMMENT = (
     "The digest each registry base image tag named when last resolved; builds pull tag@digest. "
-    "Written by `invoke bases --lock` (run it where the registries are reachable); do not edit by hand."
+    f"Written by `{usage.BASES_LOCK}` (run it where the registries are reachable); do not edit by hand."
 )
 MAX_LOCK_BYTES = 1 << 20  # a few hundred bytes per base: anything near this is not a lock
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-DIGEST_ALLOWED = "sha256: and 64 lowercase hex digits, as `invoke bases --lock` writes it"
+DIGEST_ALLOWED = f"sha256: and 64 lowercase hex digits, as `{usage.BASES_LOCK}` writes it"
 KEY_ALLOWED = f"{COMMENT_KEY!r} or an image reference with a :tag and no @digest, e.g. ubuntu:22.04"
 # The platform whose image skopeo reads from a multi-platform tag: the only one the matrix builds (Linux x86_64).
 # It does not change the digest (that of the index itself); a tag without such an image is an error worth seeing.
@@ -44,7 +45,7 @@ RESOLVE_TIMEOUT_S = 60.0  # one manifest, one per-platform manifest, one config 
 def unpinned_warning(ref: str) -> str:
     return (
         f"base {ref} has no recorded digest in {LOCK_FILE.as_posix()}: pulled by tag, so this build is not "
-        "reproducible; `invoke bases --lock` records it where the registry is reachable"
+        f"reproducible; `{usage.BASES_LOCK}` records it where the registry is reachable"
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlimages import basesource
+from dlimages import basesource, usage
 from dlimages.baselock import LOCK_FILE as BASES_LOCK_FILE
 from dlimages.baselock import BaseLock
 from dlimages.basesource import BaseChoice, BaseSource, choose, choose_all
@@ -198,7 +198,7 @@ def plan_builds(
         if root is not None and not lock_state(root, cell, matrix.packages.pip).locked:
             notes.append(
                 "this cell has no lock: pip resolves its packages at build time, so this build is NOT reproducible "
-                f"(the image's label io.dlimages.locked says false); `invoke lock {flags_for(cell)}` where "
+                f"(the image's label io.dlimages.locked says false); `{usage.LOCK} {flags_for(cell)}` where "
                 f"{cell.install.index_url or cell.install.find_links or 'its index'} is reachable fixes that"
             )
         plans.append(

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dlimages import tags as tag_rules
+from dlimages import usage
 from dlimages.compat import Candidate, DriverRule, Reason, driver_rule, judge, os_for_python
 from dlimages.errors import InputError
 from dlimages.spec import Matrix, Variant, version_key
@@ -80,7 +81,7 @@ class Cell:
         return (
             f"{self.base_image}: NVIDIA lists this tag as unsupported (end of life; {self.base_end_of_life}); it may "
             "be deleted from the registries at any time, so pin it by digest (images/bases.lock.json) or mirror it "
-            "(`invoke bases.mirror`) while it can still be pulled"
+            f"(`{usage.BASES_MIRROR}`) while it can still be pulled"
         )
 
     @property

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlimages import usage
+
 BUILDS = (
     "--cuda 12.1 --torch 2.1 --python 3.11 --mirror none",
     "--cuda 11.8 --tf 2.14 --python 3.11 --mirror host",
@@ -51,8 +53,8 @@ def checks(root: Path, python: str) -> list[Step]:
     linters = root / ".github/linters"
     return [
         Step("lint", f"{py} -m pre_commit run --all-files --show-diff-on-failure --color never"),
-        Step("render check", "invoke render --check"),
-        Step("lock check", "invoke lock --check"),
+        Step("render check", usage.RENDER_CHECK),
+        Step("lock check", usage.LOCK_CHECK),
         Step("zizmor", f"zizmor --offline {_q(root / '.github/workflows')}"),
         Step(
             "actionlint",
@@ -72,12 +74,12 @@ def end_to_end(root: Path, engine: Path) -> list[Step]:
     registry = f"127.0.0.1:{REGISTRY_PORT}"
     return [
         Step("engine", f"bash {_q(root / 'scripts/engine.sh')} --own {_q(engine)}"),
-        Step("disk", f"invoke disk --need {DISK_NEED_GB}"),
-        Step("checks", "invoke check"),
-        *(Step(f"build {flags}", f"invoke build {flags}") for flags in BUILDS),
-        Step("repro (PyTorch cell)", f"invoke repro {REPRO}"),
+        Step("disk", f"{usage.DISK} --need {DISK_NEED_GB}"),
+        Step("checks", usage.CHECK),
+        *(Step(f"build {flags}", f"{usage.BUILD} {flags}") for flags in BUILDS),
+        Step("repro (PyTorch cell)", f"{usage.REPRO} {REPRO}"),
         Step("registry", f"bash {_q(root / '.ci/registry.sh')} start {REGISTRY_NAME} {REGISTRY_PORT}"),
-        Step("push", f"invoke push --registry {registry} --report {_q(root / REPORT)}"),
+        Step("push", f"{usage.PUSH} --registry {registry} --report {_q(root / REPORT)}"),
         Step("as an unprivileged user", f"bash {_q(root / '.ci/as-user.sh')} {registry} {PYTORCH_IMAGE} {BUILDS[0]}"),
     ]
 

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlimages import usage
 from dlimages.errors import InputError, Problem
 from dlimages.runner import Runner
 
@@ -102,6 +103,6 @@ def shortfall(root: DataRoot, need: int) -> str | None:
     if root.free is None or root.free >= need:
         return None
     return (
-        f"{gb(root.free)} free on the Docker data root {root.path}, {gb(need)} needed: `invoke disk` shows what the "
+        f"{gb(root.free)} free on the Docker data root {root.path}, {gb(need)} needed: `{usage.DISK}` shows what the "
         "engine holds and the commands that give space back"
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from dlimages import usage
 from dlimages.errors import InputError, Problem
 from dlimages.payload import dl_bench
 from dlimages.payload.dl_stack import EXIT_FAILED, EXIT_PASSED, EXIT_SKIPPED, EXIT_USAGE, UsageError
@@ -97,7 +98,7 @@ def run_argv(image: str, command: Sequence[str], *, gpus: bool) -> list[str]:
 
 def not_local(image: str) -> str:
     return (
-        f"error: {image} is not a local image (nothing was pulled): build it with `invoke build ...`, "
+        f"error: {image} is not a local image (nothing was pulled): build it with `{usage.BUILD} ...`, "
         "or `docker pull` it yourself if you trust where it comes from"
     )
 

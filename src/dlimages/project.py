@@ -39,13 +39,13 @@ class Project:
         return render_tree(self.root, self.matrix, self.expansion)
 
     def documents(self) -> list[GeneratedFile]:
-        """README.md and docs/provisioning.md with their generated blocks, and docs/matrix.svg, in memory (none in a
-        tree without README.md)."""
+        """docs/matrix.md and docs/provisioning.md with their generated blocks, in memory (none in a tree without
+        docs/)."""
         return render_documents(self.root, self.matrix, self.expansion)
 
     def check_rendered(self) -> int:
         """How many files images/ and the docs hold; InputError naming every stale, hand-edited, missing or extra
-        file, and every document whose generated block or picture differs. Waits for a render in progress."""
+        file, and every document whose generated block differs. Waits for a render in progress."""
         with rendering(self.root, writing=False):
             files, documents = self.rendered(), self.documents()
             stale, stale_docs = stale_files(self.root, files), stale_documents(self.root, documents)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Literal, TextIO
 
+from dlimages import usage
 from dlimages.errors import InputError, Problem
 from dlimages.progress import (
     Layer,
@@ -509,7 +510,7 @@ def _local_ids(runner: Runner, refs: list[str]) -> dict[str, str]:
             continue
         if _ENGINE.search(done.err or done.out) or done.hung or done.missing:
             raise PushError(f"the Docker engine is not reachable ({done.last_line}): is dockerd running?")
-        missing.append(Problem(f"image '{ref}'", "is not a local image", "a ref built by `invoke build`"))
+        missing.append(Problem(f"image '{ref}'", "is not a local image", f"a ref built by `{usage.BUILD}`"))
     if missing:
         raise InputError(missing)
     return ids

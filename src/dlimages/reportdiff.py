@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlimages import usage
 from dlimages.errors import InputError, Problem
 
 KINDS = ("pip", "dpkg")
@@ -152,7 +153,7 @@ def _read_json(path: Path, flag: str) -> Any:
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise InputError([Problem(where, f"is not JSON ({str(error)[:120]})")]) from None
     if not isinstance(parsed, list):
-        raise InputError([Problem(where, "is not a build report", "a JSON list of entries, as `invoke push` writes")])
+        raise InputError([Problem(where, "is not a build report", f"a JSON list of entries, as `{usage.PUSH}` writes")])
     return parsed
 
 

@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from dlimages import usage
 from dlimages.compat import Candidate
 from dlimages.errors import InputError, Problem
 from dlimages.payload.dl_stack import FRAMEWORKS
@@ -115,7 +116,7 @@ def moving_tags(matrix: Matrix, points: Sequence[Candidate]) -> tuple[list[tuple
                     Problem(
                         f"{MATRIX_FILE}: images.{framework}.{where}",
                         f"names no valid cell (cuda {ref.cuda}, version {ref.version}, python {ref.python}, "
-                        f"flavor {ref.flavor}); see `invoke matrix --explain`",
+                        f"flavor {ref.flavor}); see `{usage.MATRIX_EXPLAIN}`",
                     )
                 )
                 continue

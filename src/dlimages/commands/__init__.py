@@ -1,0 +1,39 @@
+"""One function per task, of the task's name: its keyword-only parameters are the task's flags (tasks.py adds their
+help, calls the function and prints what it returns). Each checks its flag values (InputError: exit 2, before
+anything runs), starts an engine where it needs one, calls into the package, and returns the text to print (None:
+nothing) or raises Failed with an exit code."""
+
+from __future__ import annotations
+
+from dlimages.commands.bases import base, bases_list, bases_mirror
+from dlimages.commands.builds import bake, build, repro
+from dlimages.commands.flags import CellFlags, flag_parameters, repeatable
+from dlimages.commands.generate import doctor, lock, matrix, render
+from dlimages.commands.host import check, ci, disk
+from dlimages.commands.images import bench, package_diff, push, smoke, test
+from dlimages.commands.session import Failed
+
+__all__ = [
+    "CellFlags",
+    "Failed",
+    "bake",
+    "base",
+    "bases_list",
+    "bases_mirror",
+    "bench",
+    "build",
+    "check",
+    "ci",
+    "disk",
+    "doctor",
+    "flag_parameters",
+    "lock",
+    "matrix",
+    "package_diff",
+    "push",
+    "render",
+    "repeatable",
+    "repro",
+    "smoke",
+    "test",
+]

@@ -1,0 +1,93 @@
+"""The commands about base images: make the offline Debian base (base), list and pin the bases the cells pull
+(bases_list), copy them into a registry of one's own (bases_mirror)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from dlimages import baselock, basesource, inimage, usage
+from dlimages.base import make_base_argv, missing_bases
+from dlimages.commands.flags import ANY_CELL, CellFlags
+from dlimages.commands.session import Failed, engine, say
+from dlimages.errors import InputError, Problem
+from dlimages.project import Project
+from dlimages.runner import DEFAULT as RUNNER
+from dlimages.runner import run_folder
+from dlimages.selection import select
+
+
+def base(root: Path, *, mirror: str | None = None, check: bool = False, no_engine_setup: bool = False) -> None:
+    """Make the offline Debian 12 base image with scripts/make-base.sh (its output shown as it runs)."""
+    argv = make_base_argv(root, mirror, check=check)
+    engine(root, no_engine_setup, buildx=False)
+    code = RUNNER.stream(argv, say)
+    if code:
+        raise Failed(f"error: scripts/make-base.sh exited {code}", code=1)
+
+
+def make_local_bases(root: Path, images: list[str]) -> None:
+    """Make the bases made here that the engine lacks (with `base`, which needs root), before a build uses them."""
+    for image in missing_bases(images, RUNNER):
+        if os.geteuid() != 0:  # mmdebstrap --mode=root: the one step of a build that needs root, once per engine
+            raise Failed(f"error: {image} is missing; making it needs root, once: {usage.BASE_AS_ROOT}", code=1)
+        print(f"{image} is missing: making it with `{usage.BASE}`")
+        base(root, mirror=None, check=False, no_engine_setup=True)
+
+
+def bases_list(project: Project, *, cells: CellFlags = ANY_CELL, lock: bool = False) -> str | None:
+    """Each base the selected cells pull and the digest builds pin it to; with `lock`, ask the registries for the
+    digests now and record them."""
+    chosen = select(project.matrix, project.expansion, cells.selection(), defaults=False)
+    path = project.root / baselock.LOCK_FILE
+    recorded = baselock.BaseLock.load(path)
+    refs = baselock.pulled_bases(chosen)
+    if not lock:
+        unpinned = "no recorded digest: pulled by tag (not reproducible)"
+        return "\n".join(f"{ref} -> {recorded.pinned(ref) or unpinned}" for ref in refs) or None
+    recorded, results = baselock.refresh(recorded, refs, RUNNER)
+    recorded.write(path)
+    lines = [f"{'recorded' if result.ok else 'NOT recorded'} {result}" for result in results]
+    lines.append(f"{baselock.LOCK_FILE}: {sum(r.ok for r in results)} of {len(results)} bases recorded now.")
+    if not all(r.ok for r in results):
+        raise Failed(output="\n".join(lines))
+    return "\n".join(lines)
+
+
+def bases_mirror(
+    project: Project,
+    *,
+    to: str | None = None,
+    cells: CellFlags = ANY_CELL,
+    image: Sequence[str] | None = None,
+    dry_run: bool = False,
+    no_engine_setup: bool = False,
+) -> str:
+    """Copy every base the selected cells use (and `image`) into the registry `to` with skopeo, by digest; with
+    `dry_run`, only the commands."""
+    if not to:
+        raise InputError([Problem("--to", "give the registry to copy into", "HOST[:PORT][/PATH]")])
+    chosen = select(project.matrix, project.expansion, cells.selection(), defaults=False)
+    extra = inimage.check_images(image or [])
+    lock = baselock.BaseLock.load(project.root / baselock.LOCK_FILE)
+    basesource.mirror_copies(
+        chosen, to, lock, extra, local=lambda _: False
+    )  # every problem is exit 2 before the engine
+    if not dry_run:
+        engine(project.root, no_engine_setup, buildx=False)
+        make_local_bases(project.root, [cell.base_image for cell in chosen if cell.bootstrap_base])
+    copies = basesource.mirror_copies(chosen, to, lock, extra, local=RUNNER.image_exists)
+    workdir = run_folder()
+    if dry_run:
+        return "\n".join(shlex.join(argv) for item in copies for argv in item.commands(workdir))
+    results = []
+    for number, item in enumerate(copies, start=1):
+        say(f"[{number}/{len(copies)}] {item.source} -> {item.destination}")
+        results.append(basesource.copy(item, RUNNER, workdir, say))
+        say(str(results[-1]))
+    summary = f"{sum(r.ok for r in results)} of {len(results)} images copied to {to}; build with --base-registry {to}"
+    if not all(r.ok for r in results):
+        raise Failed(output=summary)
+    return summary

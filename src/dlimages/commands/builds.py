@@ -1,0 +1,195 @@
+"""The commands that build cells: build (one by one, or N at once through bake), bake (the bake file only) and
+repro (the proof that a build is reproducible)."""
+
+from __future__ import annotations
+
+import shlex
+
+from dlimages import basesource
+from dlimages import repro as reproducibility
+from dlimages.advice import Remedies
+from dlimages.bake import (
+    BAKE_FILE,
+    bake_document,
+    cache_export_problem,
+    cache_problems,
+    jobs_from_flags,
+    out_problems,
+    write_bake,
+)
+from dlimages.builder import all_built, builder_driver, next_commands, run_bakes, run_builds, summary_table
+from dlimages.buildplan import BuildPlan, Secrets, local_bases, plan_run
+from dlimages.cells import Cell
+from dlimages.commands.bases import make_local_bases
+from dlimages.commands.flags import ANY_CELL, CellFlags
+from dlimages.commands.session import Failed, engine, say, warn_if_short_of_disk
+from dlimages.errors import InputError
+from dlimages.ledger import Ledger
+from dlimages.project import Project
+from dlimages.runner import DEFAULT as RUNNER
+from dlimages.runner import run_folder
+from dlimages.selection import select
+
+
+def build(
+    project: Project,
+    *,
+    cells: CellFlags = ANY_CELL,
+    mirror: str = "none",
+    base_registry: str | None = None,
+    dry_run: bool = False,
+    ca_bundle: str | None = None,
+    netrc: str | None = None,
+    keep_going: bool = False,
+    no_engine_setup: bool = False,
+    jobs: str = "1",  # text, checked by the package: a wrong type is exit 2, not Invoke's traceback
+    cache_from: str | None = None,
+    cache_to: str | None = None,
+) -> str | None:
+    """Build the selected cells and record them in the ledger: the summary is said as soon as they are built, the
+    commands to run next returned. `dry_run`: the exact docker commands and tags, touching nothing."""
+    chosen = select_cells(project, cells)
+    secrets = Secrets.from_flags(ca_bundle, netrc)
+    parallel = jobs_from_flags(jobs, cache_from, cache_to)
+    plans = plan_cells(project, chosen, mirror, secrets, base_registry, resolve_bases=False)  # every flag checked
+    if dry_run:
+        return "\n\n".join(each.describe() for each in plans)
+    engine(project.root, no_engine_setup)  # installs skopeo too, which asks a base registry for digests
+    refused = cache_export_problem(builder_driver(RUNNER), cache_to) if parallel > 1 else None
+    if refused:
+        raise Failed(refused, code=2)
+    plans = plan_cells(project, chosen, mirror, secrets, base_registry)  # now with the digests the registries give
+    make_local_bases(project.root, local_bases(plans))
+    warn_if_short_of_disk(len(plans))
+    try:
+        remedies = Remedies.from_matrix(project.matrix, project.expansion.cells)
+        if parallel > 1:
+            results = run_bakes(
+                plans,
+                project.root,
+                run_folder(),
+                jobs=parallel,
+                keep_going=keep_going,
+                remedies=remedies,
+                cache_from=[cache_from] if cache_from else [],
+                cache_to=[cache_to] if cache_to else [],
+            )
+        else:
+            results = run_builds(plans, project.root, keep_going=keep_going, remedies=remedies)
+    except KeyboardInterrupt:
+        raise Failed(
+            "interrupted: the cell being built was not tagged; earlier cells keep their tags", code=130
+        ) from None
+    say("\n" + summary_table(results, chosen))
+    Ledger(project.root).record(results)
+    after = "\n" + next_commands(results) if next_commands(results) else None
+    if not all_built(results, chosen):
+        raise Failed(output=after)
+    return after
+
+
+def bake(
+    project: Project,
+    *,
+    cells: CellFlags = ANY_CELL,
+    mirror: str = "none",
+    base_registry: str | None = None,
+    ca_bundle: str | None = None,
+    netrc: str | None = None,
+    cache_from: str | None = None,
+    cache_to: str | None = None,
+    out: str = BAKE_FILE,
+) -> str:
+    """Write the bake file `out` with the selected cells' builds (their notes said first); what to run next."""
+    chosen = select_cells(project, cells)
+    secrets = Secrets.from_flags(ca_bundle, netrc)
+    problems = cache_problems("--cache-from", cache_from) + cache_problems("--cache-to", cache_to)
+    problems += out_problems(out, project.root, RUNNER)
+    if problems:
+        raise InputError(problems)
+    plans = plan_cells(project, chosen, mirror, secrets, base_registry, resolve_bases=False)
+    for each in plans:
+        for line in (*each.mirror.notes, *each.notes):
+            say(f"note ({each.cell.slug}): {line}")
+    document = bake_document(
+        plans, cache_from=[cache_from] if cache_from else [], cache_to=[cache_to] if cache_to else []
+    )
+    write_bake(out, document)
+    return f"{out}: {len(plans)} target(s); from here, `docker buildx bake --file {shlex.quote(out)}` builds them"
+
+
+def repro(
+    project: Project,
+    *,
+    cells: CellFlags = ANY_CELL,
+    against: str | None = None,
+    dockerfile: str | None = None,
+    context: str | None = None,
+    mirror: str | None = None,  # None, not "none": --dockerfile refuses a --mirror given, even `--mirror none`
+    base_registry: str | None = None,
+    ca_bundle: str | None = None,
+    no_engine_setup: bool = False,
+) -> str:
+    """Build each selected cell (or `dockerfile`) cold twice, or once `against` an image, and report every
+    difference; Failed (exit 1, the report printed) unless all are reproducible."""
+    given = cells.given() | {"--mirror": mirror, "--base-registry": base_registry, "--ca-bundle": ca_bundle}
+    problems = reproducibility.flag_problems(dockerfile, context, against, given)
+    if problems:
+        raise InputError(problems)
+    profile = "none" if mirror is None else mirror
+    workdir = run_folder()
+    if dockerfile is not None:
+        argv = reproducibility.dockerfile_build(*reproducibility.dockerfile_flags(dockerfile, context))
+        engine(project.root, no_engine_setup)
+        builds, dirty = [(dockerfile, argv)], False
+    else:
+        chosen = select_cells(project, cells)
+        secrets = Secrets.from_flags(ca_bundle, None)
+        plan_cells(project, chosen, profile, secrets, base_registry, resolve_bases=False)  # every flag checked
+        engine(project.root, no_engine_setup)
+        plans = plan_cells(project, chosen, profile, secrets, base_registry)
+        make_local_bases(project.root, local_bases(plans))
+        builds = [(each.cell.slug, each.build) for each in plans]
+        dirty = any(each.build_arg("REVISION").endswith("-dirty") for each in plans)
+    outcomes = [
+        reproducibility.reproduce(name, argv, project.root, RUNNER, workdir, against=against, dirty=dirty)
+        for name, argv in builds
+    ]
+    report = "\n" + "\n".join(outcome.report() for outcome in outcomes)
+    if not all(outcome.reproducible for outcome in outcomes):
+        raise Failed(output=report)
+    return report
+
+
+def select_cells(project: Project, cells: CellFlags) -> list[Cell]:
+    """The cells the flags select; a flag left out takes the image's default (its Python, its flavor)."""
+    return select(project.matrix, project.expansion, cells.selection())
+
+
+def plan_cells(
+    project: Project,
+    cells: list[Cell],
+    mirror: str,
+    secrets: Secrets,
+    base_registry: str | None,
+    *,
+    resolve_bases: bool = True,
+) -> list[BuildPlan]:
+    """The builds of the cells. Planned twice by a run: first with `resolve_bases` off, which checks every flag
+    before an engine is started (and is what a dry run shows), then, with the engine up, asking the registries
+    for the base digests the bases lock lacks."""
+    try:
+        return plan_run(
+            project.root,
+            project.matrix,
+            cells,
+            mirror,
+            secrets,
+            RUNNER,
+            workdir=run_folder(),
+            base_registry=base_registry,
+            every_cell=project.expansion.cells,
+            resolve_bases=resolve_bases,
+        )
+    except basesource.BaseUnavailable as error:
+        raise Failed(str(error), code=1) from None

@@ -1,0 +1,97 @@
+"""The commands that read matrix.yaml and write from it, no engine needed: matrix, render, lock and doctor."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from dlimages import doctor as node_doctor
+from dlimages import lock as lock_files
+from dlimages import usage
+from dlimages.changes import changed_since
+from dlimages.commands.flags import ANY_CELL, CellFlags
+from dlimages.commands.session import Failed, note
+from dlimages.errors import InputError
+from dlimages.project import Project
+from dlimages.runner import DEFAULT as RUNNER
+from dlimages.selection import flags_for, select
+from dlimages.tables import cells_table, exclusions_text
+
+
+def matrix(project: Project, *, json_: bool = False, explain: bool = False, since: str | None = None) -> str:
+    """The valid cells (a table, or JSON with each cell's build flags), or every excluded combination and why;
+    `since`: only the cells whose inputs changed since that commit (stderr says which)."""
+    expansion = project.expansion
+    cells = expansion.cells
+    if since is not None:
+        changed = changed_since(project.root, cells, since, RUNNER)
+        cells = changed.cells
+        note(changed.note(len(expansion.cells)))
+    locks = {cell.slug: lock_files.lock_state(project.root, cell, project.matrix.packages.pip).status for cell in cells}
+    if json_:
+        extra = {cell.slug: {"flags": flags_for(cell), "bootstrap": cell.bootstrap_base} for cell in cells}
+        entries = [{"cell": c.slug, **c.as_json(), **extra[c.slug], "lock": locks[c.slug]} for c in cells]
+        return json.dumps(entries, indent=2)
+    if explain:
+        counts = f"{len(expansion.cells)} valid cells, {len(expansion.excluded)} combinations excluded."
+        return f"{exclusions_text(expansion.excluded)}\n\n{counts}"
+    unlocked = sum(status != "locked" for status in locks.values())
+    return (
+        f"{cells_table(cells, locks)}\n\n{len(cells)} valid cells ({unlocked} not locked: pip resolves them at build "
+        f"time, so their builds are not reproducible); `{usage.MATRIX_EXPLAIN}` shows the {len(expansion.excluded)} "
+        "excluded."
+    )
+
+
+def render(project: Project, *, check: bool = False) -> str:
+    """Write images/ and the generated docs from matrix.yaml (what changed), or, with `check`, only verify them."""
+    if check:
+        return f"images/ and the generated docs are up to date ({project.check_rendered()} files)."
+    changed, total = project.write_rendered()
+    return "\n".join([*changed, f"{len(changed)} of {total} files changed."])
+
+
+def lock(
+    project: Project,
+    *,
+    cells: CellFlags = ANY_CELL,
+    check: bool = False,
+    upgrade_package: Sequence[str] | None = None,
+    timeout: str = str(lock_files.RESOLVE_TIMEOUT_S),
+) -> str:
+    """Resolve the selected cells' package sets into their locks (then render), or, with `check`, judge every lock."""
+    want = cells.selection()
+    chosen = select(project.matrix, project.expansion, want, defaults=False)
+    pip = project.matrix.packages.pip
+    if check:
+        problems = lock_files.lock_problems(project.root, project.expansion.cells, pip)
+        if problems:
+            raise Failed(InputError(problems, heading="Locks do not match matrix.yaml:").report(), code=1)
+        return lock_files.summary(project.root, project.expansion.cells, pip)
+    results = lock_files.lock_cells(
+        project.root,
+        chosen,
+        pip,
+        RUNNER,
+        upgrade=list(upgrade_package or []),
+        timeout=lock_files.timeout_from_flag(timeout),
+    )
+    changed, _ = project.write_rendered()
+    summary = f"{sum(r.ok for r in results)} of {len(results)} cells locked; render: {len(changed)} files changed."
+    if not all(r.ok for r in results):
+        raise Failed(output=summary)
+    return summary
+
+
+def doctor(
+    project: Project,
+    *,
+    gpu: str | None = None,
+    driver: str | None = None,
+    brand: str | None = None,
+    json_: bool = False,
+) -> str:
+    """Which cells run on this GPU node (or the one `gpu` and `driver` describe), and how: a report or JSON."""
+    node = node_doctor.node_from_flags(gpu, driver, node_doctor.probe_host, brand)
+    rows = node_doctor.report(project.expansion.cells, node)
+    return json.dumps(rows, indent=2) if json_ else node_doctor.format_report(rows, node)

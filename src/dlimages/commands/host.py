@@ -1,0 +1,71 @@
+"""The commands about this machine and the project's own checks: disk (the engine's data root), check (the gating
+checks) and ci (end to end, on an engine of its own)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from invoke.context import Context
+
+from dlimages import ci as ci_plan
+from dlimages import disk as data_disk
+from dlimages import usage
+from dlimages.commands.session import Failed, engine, say
+from dlimages.ledger import Ledger
+from dlimages.runner import DEFAULT as RUNNER
+
+
+def disk(root: Path, *, need: str = "0", no_engine_setup: bool = False) -> str:
+    """Where the engine keeps its data, what is free and what it holds, with the commands that give space back;
+    Failed (exit 1, the report printed) when less than `need` GB is free."""
+    needed = data_disk.need_from_flag(need)
+    engine(root, no_engine_setup, buildx=False)
+    found = data_disk.data_root(RUNNER)
+    if found is None:
+        raise Failed("error: the Docker engine did not say where it keeps its data (`docker info` failed)", code=1)
+    report = "\n".join(data_disk.describe(found, data_disk.system_df(RUNNER)))
+    short = data_disk.shortfall(found, needed)
+    if short:
+        raise Failed(f"error: {short}", code=1, output=report)
+    return report
+
+
+def check(root: Path, shell: Context) -> None:
+    """Run the gating checks one after the other, each under a header; the first that fails ends the run."""
+    for step in ci_plan.checks(root, sys.executable):
+        say(f"\n##### {step.name}: {step.command}")
+        shell.run(step.command, pty=False)
+
+
+def ci(root: Path, shell: Context) -> None:
+    """End to end on an engine of its own (deleted at the end, data root and all): each step under a header, with
+    the free space after it, then the steps' times and, last, the image and GPU tests."""
+    if os.geteuid() != 0:
+        raise Failed(f"error: `{usage.CI}` starts an engine of its own and creates a user: run it as root", code=2)
+    own = Path(tempfile.mkdtemp(prefix=ci_plan.ENGINE_PREFIX, dir=ci_plan.ENGINE_PARENT))
+    os.environ["DOCKER_HOST"] = f"unix://{own}/docker.sock"  # every step below, and the image tests
+    timings: list[tuple[str, float]] = []
+    try:
+        for step in ci_plan.end_to_end(root, own):
+            say(f"\n##### {step.name}: {step.command}")
+            start = time.monotonic()
+            shell.run(step.command, pty=False)
+            timings.append((step.name, time.monotonic() - start))
+            _say_free_space(step.name)
+        say("\n" + "\n".join(f"{name:>40}: {seconds:7.1f} s" for name, seconds in timings))
+        # Last, so that pytest's closing line is the run's verdict (GPU tests: skipped without a GPU, never passed).
+        shell.run(ci_plan.image_tests(root, sys.executable, Ledger(root).built_refs()).command, pty=False)
+    finally:
+        for step in ci_plan.cleanup(root, own):
+            shell.run(step.command, warn=True, hide=True)
+
+
+def _say_free_space(after: str) -> None:
+    """One line per CI step, so that a run's disk use can be read from its log."""
+    root = data_disk.data_root(RUNNER)
+    if root is not None and root.free is not None:
+        say(f"##### disk after {after}: {data_disk.gb(root.free)} free on {root.path}")

@@ -1,0 +1,120 @@
+"""The commands that use built images: test them (test), run the GPU smoke test and the benchmark inside them (smoke,
+bench), push them with their build report (push), compare two sets of build reports (package_diff)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from invoke.context import Context
+
+from dlimages import ci as ci_plan
+from dlimages import inimage, reportdiff, usage
+from dlimages import tags as tag_rules
+from dlimages.commands.session import Failed, engine, say
+from dlimages.errors import InputError, Problem
+from dlimages.ledger import LEDGER_FILE, Ledger
+from dlimages.push import PushError, PushInterrupted, plan_push, push_image, retries_from_flag
+from dlimages.report import build_report, image_manifest, report_target, write_report
+from dlimages.runner import DEFAULT as RUNNER
+
+NOTHING_BUILT = f"no image given and no successful `{usage.BUILD}` recorded"
+
+
+def test(root: Path, shell: Context, *, image: Sequence[str], no_engine_setup: bool = False) -> None:
+    """Run the image tests (pytest + testinfra) against `image`, or the images the last builds made."""
+    images = inimage.check_images(image) if image else inimage.check_images(Ledger(root).built_refs(), str(LEDGER_FILE))
+    if not images:
+        raise InputError([Problem("--image", NOTHING_BUILT)])
+    engine(root, no_engine_setup)
+    shell.run(ci_plan.image_tests(root, sys.executable, images, gpu=False).command + " -m image", pty=False)
+
+
+def push(
+    root: Path,
+    *,
+    registry: Sequence[str],
+    image: Sequence[str],
+    report: str = ".work/build-report.json",
+    retries: str = "3",  # text, checked by the package: a wrong type is exit 2, not Invoke's traceback
+    force_overwrite: bool = False,
+    git_ref: str | None = None,
+    default_branch: str | None = None,
+    commit: str | None = None,
+    no_engine_setup: bool = False,
+) -> str:
+    """Push the images (default: what the last builds made) to every registry, each digest verified by pulling it
+    back (said as it goes), then write the build report; where it went."""
+    ledger = Ledger(root)
+    if not registry:
+        raise InputError([Problem("--registry", "give at least one registry", "HOST[:PORT], e.g. 127.0.0.1:5000")])
+    attempts, report_path = retries_from_flag(retries), report_target(ledger.root, report)
+    origin = tag_rules.Origin.from_flags(git_ref, default_branch, commit)
+    moving = ledger.moving_refs()
+    names = tag_rules.published_refs(image or ledger.built_refs(every_tag=True), moving, origin)
+    if not names:
+        raise InputError([Problem("--image", NOTHING_BUILT)])
+    refs = list(names)
+    plan_push(refs, list(registry), names)  # every bad ref or registry is exit 2 before anything starts
+    engine(root, no_engine_setup, buildx=False)
+    try:
+        results = push_image(
+            refs, list(registry), retries=attempts, moving=moving, force_overwrite=force_overwrite, names=names
+        )
+        manifests = {ref: image_manifest(ref) for ref in dict.fromkeys(r.ref for r in results)}
+    except PushInterrupted as stopped:
+        raise Failed(f"error: {stopped}", code=stopped.exit_code) from None
+    except PushError as error:
+        raise Failed(f"error: {error}\nNothing local was changed.", code=1) from None
+    for result in results:
+        say(f"pushed {result.remote_ref} {result.digest} (verified by pulling it back)")
+    try:
+        write_report(report_path, build_report(results, manifests, ledger.cells_by_ref()))
+    except OSError as error:
+        raise Failed(f"error: pushed, but the build report {report} could not be written: {error}", code=1) from None
+    return f"build report: {report}"
+
+
+def smoke(root: Path, *, image: Sequence[str], no_gpus: bool = False, no_engine_setup: bool = False) -> str | None:
+    """dl-smoke inside each image (its output shown as it runs); each image's exit code and what it means."""
+    if not image:
+        raise InputError([Problem("--image", "give at least one image")])
+    refs = inimage.check_images(image)
+    engine(root, no_engine_setup, buildx=False)
+    codes = {ref: inimage.run_in_image(RUNNER, ref, ["dl-smoke"], gpus=not no_gpus, on_line=say) for ref in refs}
+    verdicts = "\n".join(f"{ref}: exit {code} ({inimage.meaning(code)})" for ref, code in codes.items()) or None
+    worst = inimage.worst(codes.values())
+    if worst:
+        raise Failed(code=worst, output=verdicts)
+    return verdicts
+
+
+def bench(
+    root: Path,
+    *,
+    image: str | None = None,
+    batch_size: str = "128,amp_fp16_cl=256,bf16_cl=256",
+    modes: str = "",
+    gpus: str | None = None,
+    no_engine_setup: bool = False,
+) -> None:
+    """dl-bench inside the image, its JSON shown as it runs; Failed with dl-bench's exit code."""
+    if image is None:
+        raise InputError([Problem("--image", "give the image to benchmark")])
+    [ref] = inimage.check_images([image])
+    command = inimage.bench_command(batch_size, modes or None, gpus)  # exit 2 here, not "skipped" in the image
+    engine(root, no_engine_setup, buildx=False)
+    code = inimage.run_in_image(RUNNER, ref, command, gpus=True, on_line=say)
+    if code:
+        raise Failed(f"{ref}: dl-bench exit {code} ({inimage.meaning(code)})", code=code)
+
+
+def package_diff(*, before: str = "", after: str = "") -> str:
+    """Markdown (ending in a newline): which pip and dpkg packages each cell's image changed between the build
+    reports under `before` and those under `after`."""
+    if not after:
+        raise InputError([Problem("--after", "give the folder of this build's reports")])
+    new = reportdiff.load_reports(after, "--after", required=True)
+    old = reportdiff.load_reports(before, "--before", required=False)
+    return reportdiff.diff_markdown(reportdiff.report_diff(old, new), compared=bool(old))

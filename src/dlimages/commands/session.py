@@ -1,0 +1,50 @@
+"""What every command shares: the way a command fails (`Failed`), its progress lines, a Docker engine on demand."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from dlimages import disk as data_disk
+from dlimages.engine import EngineUnavailable, ensure_engine, setup_allowed
+from dlimages.runner import DEFAULT as RUNNER
+
+
+class Failed(Exception):
+    """A command that ran and failed: `output` for stdout (printed first, when there is some), `message` for
+    stderr (may be empty) and the exit code. Input problems are InputError instead (exit 2, before anything ran)."""
+
+    def __init__(self, message: str = "", *, code: int = 1, output: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.output = output
+
+
+def say(line: str) -> None:
+    """A line of progress, shown at once (in order with the output of the commands a run starts)."""
+    print(line, flush=True)
+
+
+def note(line: str) -> None:
+    """A line for stderr, beside the result on stdout (which a script may be reading)."""
+    print(line, file=sys.stderr)
+
+
+def engine(root: Path, no_engine_setup: bool, *, buildx: bool = True) -> None:
+    """Make sure an engine answers: start one (scripts/engine.sh) unless the person manages Docker themselves."""
+    try:
+        ensure_engine(root, RUNNER, setup=setup_allowed(no_engine_setup), on_line=say, buildx=buildx)
+    except EngineUnavailable as error:
+        raise Failed(f"error: {error}", code=1) from None
+
+
+def warn_if_short_of_disk(builds: int) -> None:
+    """Say so before a long build that the data root may fill up (cached layers need less, so only a warning)."""
+    root = data_disk.data_root(RUNNER)
+    warning = data_disk.shortfall(root, data_disk.build_need(builds)) if root else None
+    if warning:
+        say(
+            f"warning: {warning} (a cold build of one cell peaks at about {data_disk.gb(data_disk.COLD_BUILD_PEAK)}, "
+            "layers already in the cache need less)"
+        )

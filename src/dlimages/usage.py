@@ -1,0 +1,33 @@
+"""The command lines people type, in one place: task help, advice and error messages read them here, so a renamed
+task or flag is one edit. Imports nothing of the package, so any module may read it."""
+
+from __future__ import annotations
+
+PROGRAM = "invoke"  # `dlimages` runs the same tasks (dlimages.cli); messages name the command the README teaches
+
+
+def invoke(*words: str) -> str:
+    """A command line as typed: invoke("build", "--cuda 11.8") is "invoke build --cuda 11.8"."""
+    return " ".join((PROGRAM, *words))
+
+
+MATRIX = invoke("matrix")
+MATRIX_EXPLAIN = invoke("matrix", "--explain")
+MATRIX_JSON = invoke("matrix", "--json")
+RENDER = invoke("render")
+RENDER_CHECK = invoke("render", "--check")
+BUILD = invoke("build")
+BAKE = invoke("bake")
+REPRO = invoke("repro")
+LOCK = invoke("lock")
+LOCK_CHECK = invoke("lock", "--check")
+BASE = invoke("base")
+BASE_AS_ROOT = f'sudo "$(command -v {PROGRAM})" base'  # root's PATH may lack the virtual environment's invoke
+BASES_LOCK = invoke("bases", "--lock")
+BASES_MIRROR = invoke("bases.mirror")
+TEST = invoke("test")
+PUSH = invoke("push")
+DISK = invoke("disk")
+CHECK = invoke("check")
+CI = invoke("ci")
+PACKAGE_DIFF = invoke("package-diff")
