@@ -15,13 +15,13 @@ from typing import Any
 from invoke import Collection, Context, Task, task
 from invoke.exceptions import Exit
 
-from dlimages import commands, usage
-from dlimages.bake import BAKE_FILE, MAX_JOBS
-from dlimages.engine import NO_SETUP_HELP
-from dlimages.errors import InputError
-from dlimages.lock import RESOLVE_TIMEOUT_S
-from dlimages.project import Project, find_root
-from dlimages.push import MAX_RETRIES
+from dlimages import commands
+from dlimages.build.bake import BAKE_FILE, MAX_JOBS
+from dlimages.build.engine import NO_SETUP_HELP
+from dlimages.core import errors, usage
+from dlimages.generate.lock import RESOLVE_TIMEOUT_S
+from dlimages.generate.project import Project, find_root
+from dlimages.publish.push import MAX_RETRIES
 
 ROOT = find_root(Path(__file__).parent)  # the repository this tasks.py belongs to, wherever invoke runs it
 # The package logs its progress (build headers, notes); people read it on stdout, in order with build output.
@@ -67,7 +67,7 @@ def command(
         def run(c: Context, **given: Any) -> None:
             try:
                 body(c, **commands.CellFlags.take(given))
-            except InputError as error:
+            except errors.InputError as error:
                 raise Exit(error.report(), code=2) from None
             except commands.Failed as failed:
                 _echo(failed.output)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prototype: build a minimal Debian 12 root filesystem with mmdebstrap, reproducibly, write it as a
-# docker-archive with a fixed image config (dlimages.imagearchive) and `docker load` it as the base
+# docker-archive with a fixed image config (dlimages.build.imagearchive) and `docker load` it as the base
 # image that the generated Dockerfiles start FROM.
 #
 # Usage: scripts/make-base.sh [--tag TAG] [--out DIR] [--epoch SECONDS] [--include PKGS] [--check]
@@ -56,11 +56,11 @@ die() { printf 'make-base.sh: error: %s\n' "$*" >&2; exit 1; }
 command -v mmdebstrap >/dev/null || die "mmdebstrap missing: run scripts/engine.sh first"
 docker info >/dev/null 2>&1 || die "no Docker engine answers: run scripts/engine.sh first"
 # Checked before the minutes mmdebstrap takes: the archive is written by the package.
-"$python" -c 'import dlimages.imagearchive' 2>/dev/null ||
+"$python" -c 'import dlimages.build.imagearchive' 2>/dev/null ||
     die "$python cannot import dlimages (pip install -e . first, or give --python)"
 
 readonly suite=bookworm
-# `invoke base` reads the host's apt sources (dlimages.mirrors.host_apt_uris) and passes them here.
+# `invoke base` reads the host's apt sources (dlimages.build.mirrors.host_apt_uris) and passes them here.
 [[ -n "$mirror" ]] || die "--mirror URL is required (invoke base reads it from this host's apt sources)"
 [[ "$mirror" =~ ^https?://[^[:space:]]+$ ]] || die "--mirror must be an http(s) URL, got '$mirror'"
 mirror="${mirror%/}"
@@ -113,7 +113,7 @@ build_tarball() {
 
 # Writes the docker-archive of a tarball (atomically) and prints the image ID `docker load` gives it.
 write_archive() {
-    "$python" -m dlimages.imagearchive --layer "$1" --out "$2" --tag "$tag" --epoch "$epoch" \
+    "$python" -m dlimages.build.imagearchive --layer "$1" --out "$2" --tag "$tag" --epoch "$epoch" \
         --created-by "$created_by"
 }
 

@@ -22,8 +22,8 @@ import testinfra.host
 from testinfra.backend.base import CommandResult
 from testinfra.backend.docker import DockerBackend
 
-from dlimages.runner import DEFAULT as RUNNER
-from dlimages.runner import Result
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.core.runner import Result
 
 IMAGES_ENV = "DLIMAGES_TEST_IMAGES"
 NO_IMAGE = "no --image given"

@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from dlimages.runner import DEFAULT as RUNNER
+from dlimages.core.runner import DEFAULT as RUNNER
 
 NO_DOCKER_ENV = "DLIMAGES_NO_DOCKER"
 

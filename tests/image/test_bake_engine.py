@@ -1,6 +1,6 @@
-"""`invoke bake` and `invoke build --jobs 2` against the real engine, from a git clone: the two CI cells (ci.BUILDS)
-built through bake get the very tags and labels `invoke build` gives them, and, the builds being reproducible (same
-commit, so the same SOURCE_DATE_EPOCH and REVISION), the very image IDs.
+"""`invoke bake` and `invoke build --jobs 2` against the real engine, from a git clone: the two CI cells
+(ci_plan.BUILDS) built through bake get the very tags and labels `invoke build` gives them, and, the builds being
+reproducible (same commit, so the same SOURCE_DATE_EPOCH and REVISION), the very image IDs.
 
 Needs the engine with buildx, the base `dlimages/base:debian12` and both CI cells' images (CI builds them first, so
 every step comes from the build cache). The cells' tags are put back on the images they named before the test, and
@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 from support import require_engine
 
-from dlimages.bake import target_name
-from dlimages.builder import run_bakes
-from dlimages.buildplan import BuildPlan, Secrets, plan_run
-from dlimages.cells import Cell
-from dlimages.ci import BUILDS
-from dlimages.project import Project
-from dlimages.runner import DEFAULT as RUNNER
-from dlimages.selection import Selection, select
+from dlimages.build.bake import target_name
+from dlimages.build.builder import run_bakes
+from dlimages.build.plan import BuildPlan, Secrets, plan_run
+from dlimages.commands.ci_plan import BUILDS
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.generate.project import Project
+from dlimages.model.cells import Cell
+from dlimages.model.selection import Selection, select
 
 pytestmark = pytest.mark.integration
 

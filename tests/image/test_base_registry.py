@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from support import free_port, require_engine
 
-from dlimages.project import Project
-from dlimages.runner import DEFAULT as RUNNER
-from dlimages.runner import Result
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.core.runner import Result
+from dlimages.generate.project import Project
 
 pytestmark = pytest.mark.integration
 

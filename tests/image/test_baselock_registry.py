@@ -26,11 +26,11 @@ from typing import Protocol
 import pytest
 from support import free_port, require_engine
 
-from dlimages.baselock import BaseLock, refresh, resolve_digest, skopeo_argv
-from dlimages.basesource import BaseSource, choose
-from dlimages.project import Project
-from dlimages.runner import DEFAULT as RUNNER
-from dlimages.runner import Result
+from dlimages.build.basesource import BaseSource, choose
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.core.runner import Result
+from dlimages.generate.baselock import BaseLock, refresh, resolve_digest, skopeo_argv
+from dlimages.generate.project import Project
 
 pytestmark = pytest.mark.integration
 

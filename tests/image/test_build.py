@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 from support import require_engine
 
-from dlimages.basesource import BaseChoice
-from dlimages.builder import run_build, summary_table
-from dlimages.buildplan import BuildPlan
-from dlimages.cells import Cell
-from dlimages.mirrors import MirrorArgs
-from dlimages.project import Project
-from dlimages.render import environment
-from dlimages.runner import DEFAULT as RUNNER
+from dlimages.build.basesource import BaseChoice
+from dlimages.build.builder import run_build, summary_table
+from dlimages.build.mirrors import MirrorArgs
+from dlimages.build.plan import BuildPlan
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.generate.project import Project
+from dlimages.generate.render import environment
+from dlimages.model.cells import Cell
 
 pytestmark = pytest.mark.integration
 

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from support import require_engine
 
-from dlimages.advice import MIRROR_BASES, Remedies
-from dlimages.builder import TABLE_WIDTH, BuildResult, run_build, summary_table
-from dlimages.buildplan import Secrets, plan_build
-from dlimages.cells import Cell
-from dlimages.mirrors import MirrorArgs
-from dlimages.project import Project
-from dlimages.runner import DEFAULT as RUNNER
-from dlimages.spec import Matrix
+from dlimages.build.advice import MIRROR_BASES, Remedies
+from dlimages.build.builder import TABLE_WIDTH, BuildResult, run_build, summary_table
+from dlimages.build.mirrors import MirrorArgs
+from dlimages.build.plan import Secrets, plan_build
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.generate.project import Project
+from dlimages.model.cells import Cell
+from dlimages.model.spec import Matrix
 
 pytestmark = pytest.mark.integration
 

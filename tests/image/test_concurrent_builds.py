@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from support import require_engine
 
-from dlimages.ci import BUILDS, PYTORCH_IMAGE
-from dlimages.runner import DEFAULT as RUNNER
+from dlimages.commands.ci_plan import BUILDS, PYTORCH_IMAGE
+from dlimages.core.runner import DEFAULT as RUNNER
 
 pytestmark = pytest.mark.integration
 

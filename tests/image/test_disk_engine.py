@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from support import require_engine
 
-from dlimages import disk
-from dlimages.runner import DEFAULT as RUNNER
-from dlimages.runner import Result
+from dlimages.build import disk
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.core.runner import Result
 
 pytestmark = pytest.mark.integration
 

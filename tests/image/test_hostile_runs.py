@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from support import require_engine
 
-from dlimages.runner import DEFAULT as RUNNER
-from dlimages.runner import Result
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.core.runner import Result
 
 pytestmark = pytest.mark.integration
 

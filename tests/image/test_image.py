@@ -486,7 +486,7 @@ def test_mirror_profile_is_applied(container: Container, image: Image, cell: dic
             assert given, f"mirror profile host, yet the build got no APT_MIRROR (build args {args})"
             assert hosts <= given, f"mirror profile host: apt uses {sorted(hosts)}, the build was given {sorted(given)}"
     else:
-        from dlimages.spec import load_matrix
+        from dlimages.model.spec import load_matrix
 
         spec = load_matrix(REPO / "matrix.yaml").mirrors.get(profile)
         assert spec is not None, f"label mirror-profile={profile!r} is not a profile in matrix.yaml"

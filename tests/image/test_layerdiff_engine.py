@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from support import require_engine
 
-from dlimages.layerdiff import CompareError, compare_images
-from dlimages.runner import DEFAULT as RUNNER
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.repro.layerdiff import CompareError, compare_images
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dlimages import lock
-from dlimages.project import Project
-from dlimages.runner import Runner
+from dlimages.core.runner import Runner
+from dlimages.generate import lock
+from dlimages.generate.project import Project
 
 pytestmark = pytest.mark.integration
 

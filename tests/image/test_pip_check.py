@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dlimages.runner import DEFAULT as RUNNER
+from dlimages.core.runner import DEFAULT as RUNNER
 
 pytestmark = pytest.mark.integration
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from support import free_port, require_engine
 
-from dlimages.progress import WIDTH
-from dlimages.runner import DEFAULT as RUNNER
-from dlimages.runner import Result
+from dlimages.build.progress import WIDTH
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.core.runner import Result
 
 pytestmark = pytest.mark.integration
 

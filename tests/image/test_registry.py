@@ -27,11 +27,11 @@ from pathlib import Path
 import pytest
 from support import free_port, require_engine
 
-from dlimages.push import PushError, push_image
-from dlimages.references import registry_ref
-from dlimages.report import image_manifest, write_report
-from dlimages.runner import DEFAULT as RUNNER
-from dlimages.runner import Result
+from dlimages.core.references import registry_ref
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.core.runner import Result
+from dlimages.publish.push import PushError, push_image
+from dlimages.publish.report import image_manifest, write_report
 
 pytestmark = pytest.mark.integration
 

@@ -1,8 +1,8 @@
 """`invoke repro` and locked installs against the real engine: a Dockerfile that writes the date is caught and the
 file named; a lock with a tampered hash stops the build with a clear message and tags nothing.
 
-The PyTorch CI cell's own proof (two cold builds, one image ID) is a step of `invoke ci` (dlimages/ci.py), not a
-test here: it takes one more full cold build.
+The PyTorch CI cell's own proof (two cold builds, one image ID) is a step of `invoke ci`
+(dlimages/commands/ci_plan.py), not a test here: it takes one more full cold build.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dlimages.runner import DEFAULT as RUNNER
+from dlimages.core.runner import DEFAULT as RUNNER
 
 pytestmark = pytest.mark.integration
 

@@ -10,6 +10,7 @@ or the network.
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -18,11 +19,15 @@ from typing import Any
 import pytest
 import yaml
 
-from dlimages.cells import Cell, Expansion, expand
-from dlimages.errors import InputError
-from dlimages.spec import Matrix, _VersionsAsText, load_matrix, parse_matrix
+from dlimages.core.errors import InputError
+from dlimages.model.cells import Cell, Expansion, expand
+from dlimages.model.spec import Matrix, _VersionsAsText, load_matrix, parse_matrix
 
 REPO = Path(__file__).resolve().parents[2]
+# Unit tests never start a Docker engine, nor reach one: a task run through the real command line that would need
+# one stops with "not starting one" (set here, so the subprocesses the tests start inherit it too).
+os.environ["DLIMAGES_NO_ENGINE_SETUP"] = "1"
+os.environ["DOCKER_HOST"] = "unix:///nonexistent/dlimages-unit-tests.sock"
 FIXTURE_MATRIX = REPO / "tests/fixtures/matrix.yaml"
 MATRIX_TEXT = FIXTURE_MATRIX.read_text(encoding="utf-8")
 

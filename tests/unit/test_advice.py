@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 from pip._internal.models.index import PyPI
 
-from dlimages.advice import MIRROR_BASES, Attempt, Diagnosis, Remedies, diagnose, offline_cell
-from dlimages.cells import Cell, expand
-from dlimages.spec import Matrix
+from dlimages.build.advice import MIRROR_BASES, Attempt, Diagnosis, Remedies, diagnose, offline_cell
+from dlimages.model.cells import Cell, expand
+from dlimages.model.spec import Matrix
 
 CellLookup = Callable[[str, str], Cell]
 # PyPI's hosts as pip itself names them: the fixtures hold @PYPI@ and @PYPI_FILES@ where the real output named them.

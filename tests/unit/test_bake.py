@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dlimages.bake import (
+from dlimages.build.bake import (
     bake_argv,
     bake_document,
     cache_export_problem,
@@ -23,12 +23,12 @@ from dlimages.bake import (
     target,
     target_name,
 )
-from dlimages.builder import build_args, run_bake, run_bakes
-from dlimages.buildplan import BuildPlan, Secrets, plan_build
-from dlimages.cells import Cell
-from dlimages.mirrors import resolve
-from dlimages.runner import Runner
-from dlimages.spec import Matrix
+from dlimages.build.builder import build_args, run_bake, run_bakes
+from dlimages.build.mirrors import resolve
+from dlimages.build.plan import BuildPlan, Secrets, plan_build
+from dlimages.core.runner import Runner
+from dlimages.model.cells import Cell
+from dlimages.model.spec import Matrix
 
 CellLookup = Callable[[str, str], Cell]
 CA_CONTENT = "-----BEGIN CERTIFICATE-----\nMIIBsecretCAcontent\n-----END CERTIFICATE-----\n"

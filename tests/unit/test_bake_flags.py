@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from dlimages.bake import MAX_JOBS, jobs_from_flags, out_problems, render_bake, write_bake
-from dlimages.errors import InputError
-from dlimages.runner import Runner
+from dlimages.build.bake import MAX_JOBS, jobs_from_flags, out_problems, render_bake, write_bake
+from dlimages.core.errors import InputError
+from dlimages.core.runner import Runner
 
 BAKE = render_bake({"group": {"default": {"targets": ["a"]}}, "target": {"a": {"context": "."}}})
 

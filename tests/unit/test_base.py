@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from dlimages.base import make_base_argv, missing_bases
-from dlimages.errors import InputError
-from dlimages.runner import Runner
+from dlimages.build.base import make_base_argv, missing_bases
+from dlimages.core.errors import InputError
+from dlimages.core.runner import Runner
 
 
 def test_mirror_given_or_read_from_the_hosts_apt_sources(tmp_path: Path) -> None:
@@ -34,7 +34,7 @@ def test_a_host_whose_apt_sources_name_no_debian_mirror_takes_debians_public_arc
     # GitHub's Ubuntu runners: apt sources, but none of Debian's.
     ubuntu = tmp_path / "ubuntu.sources"
     ubuntu.write_text("Types: deb\nURIs: http://azure.archive.ubuntu.com/ubuntu/\nSuites: noble\n")
-    with caplog.at_level(logging.INFO, logger="dlimages.base"):
+    with caplog.at_level(logging.INFO, logger="dlimages.build.base"):
         for sources in ([ubuntu], [tmp_path / "absent"]):
             assert make_base_argv(Path("/repo"), sources=sources) == [
                 "bash", "/repo/scripts/make-base.sh", "--mirror", "http://ftp.debian.org/debian",

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from dlimages import files
-from dlimages.baselock import (
+from dlimages.core import files
+from dlimages.core.errors import InputError
+from dlimages.core.runner import Runner
+from dlimages.generate.baselock import (
     COMMENT,
     COMMENT_KEY,
     LOCK_FILE,
@@ -27,9 +29,7 @@ from dlimages.baselock import (
     resolve_digest,
     skopeo_argv,
 )
-from dlimages.cells import Cell, Expansion
-from dlimages.errors import InputError
-from dlimages.runner import Runner
+from dlimages.model.cells import Cell, Expansion
 
 REPO = Path(__file__).resolve().parents[2]
 UBUNTU = "ubuntu:22.04"

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from dlimages.baselock import BaseLock
-from dlimages.basesource import (
+from dlimages.build.basesource import (
     BaseChoice,
     BaseSource,
     BaseUnavailable,
@@ -26,13 +25,14 @@ from dlimages.basesource import (
     registry_path,
     resolve,
 )
-from dlimages.buildplan import Secrets, plan_builds
-from dlimages.cells import Cell, Expansion
-from dlimages.errors import InputError
-from dlimages.grammar import reference_problem
-from dlimages.runner import Runner
-from dlimages.selection import flags_for
-from dlimages.spec import Matrix
+from dlimages.build.plan import Secrets, plan_builds
+from dlimages.core.errors import InputError
+from dlimages.core.grammar import reference_problem
+from dlimages.core.runner import Runner
+from dlimages.generate.baselock import BaseLock
+from dlimages.model.cells import Cell, Expansion
+from dlimages.model.selection import flags_for
+from dlimages.model.spec import Matrix
 
 UBUNTU = "ubuntu:22.04"
 CUDA = "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04"

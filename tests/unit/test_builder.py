@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from dlimages.advice import MIRROR_BASES, Remedies
-from dlimages.builder import (
+from dlimages.build.advice import MIRROR_BASES, Remedies
+from dlimages.build.builder import (
     TABLE_WIDTH,
     BuildResult,
     all_built,
@@ -24,11 +24,11 @@ from dlimages.builder import (
     run_builds,
     summary_table,
 )
-from dlimages.buildplan import BuildPlan, Secrets, plan_build
-from dlimages.cells import Cell, Expansion
-from dlimages.mirrors import MirrorArgs
-from dlimages.runner import Runner
-from dlimages.spec import Matrix
+from dlimages.build.mirrors import MirrorArgs
+from dlimages.build.plan import BuildPlan, Secrets, plan_build
+from dlimages.core.runner import Runner
+from dlimages.model.cells import Cell, Expansion
+from dlimages.model.spec import Matrix
 
 # Real output (cut to the failed step): the cell's pip step with PIP_INDEX_URL=http://127.0.0.1:9/simple/, and a base
 # registry (.ci/registry.sh) that does not have the base.
@@ -198,7 +198,7 @@ def test_run_builds_says_one_line_per_failure_and_stops(
     plan: BuildPlan, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     engine = FakeEngine(plan, 1, PIP_STEP.strip().splitlines())
-    with caplog.at_level("ERROR", logger="dlimages.builder"):
+    with caplog.at_level("ERROR", logger="dlimages.build.builder"):
         results = run_builds(
             [plan, plan], tmp_path, keep_going=False, out=io.StringIO(), runner=Runner(engine.run, engine.stream)
         )

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from dlimages.buildplan import BuildPlan, Secrets, plan_build, plan_builds, source_date_epoch, source_revision
-from dlimages.cells import Cell, Expansion
-from dlimages.mirrors import resolve
-from dlimages.runner import DEFAULT, Runner
-from dlimages.spec import Matrix
+from dlimages.build.mirrors import resolve
+from dlimages.build.plan import BuildPlan, Secrets, plan_build, plan_builds, source_date_epoch, source_revision
+from dlimages.core.runner import DEFAULT, Runner
+from dlimages.model.cells import Cell, Expansion
+from dlimages.model.spec import Matrix
 
 CellLookup = Callable[[str, str], Cell]
 CA_CONTENT = "-----BEGIN CERTIFICATE-----\nMIIBsecretCAcontent\n-----END CERTIFICATE-----\n"

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from dlimages.cells import Cell, Expansion, FrameworkInstall, expand
-from dlimages.compat import cudnn_satisfies
-from dlimages.errors import InputError
-from dlimages.spec import Matrix
+from dlimages.core.errors import InputError
+from dlimages.model.cells import Cell, Expansion, FrameworkInstall, expand
+from dlimages.model.compat import cudnn_satisfies
+from dlimages.model.spec import Matrix
 
 CellLookup = Callable[[str, str], Cell]
 Parse = Callable[[dict[str, Any] | str], Matrix]

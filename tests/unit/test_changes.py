@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from dlimages.cells import Expansion
-from dlimages.changes import cell_inputs, changed_since
-from dlimages.errors import InputError
-from dlimages.runner import DEFAULT
+from dlimages.core.errors import InputError
+from dlimages.core.runner import DEFAULT
+from dlimages.generate.changes import cell_inputs, changed_since
+from dlimages.model.cells import Expansion
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dlimages import ci
-from dlimages.cells import Expansion
-from dlimages.selection import Selection, select
-from dlimages.spec import Matrix
+from dlimages.commands import ci_plan as ci
+from dlimages.model.cells import Expansion
+from dlimages.model.selection import Selection, select
+from dlimages.model.spec import Matrix
 
 
 def flag_values(flags: str) -> dict[str, str]:

@@ -13,18 +13,18 @@ from typing import Any
 
 import pytest
 
-from dlimages import compat
-from dlimages.cells import Cell, Expansion
-from dlimages.compat import (
+from dlimages.generate.render import environment, render_cell
+from dlimages.model import compat
+from dlimages.model.cells import Cell, Expansion
+from dlimages.model.compat import (
     DriverRule,
     jit_from,
     require_holds,
     toolkit_number,
     wheel_require_cuda,
 )
+from dlimages.model.spec import Matrix
 from dlimages.payload import dl_stack
-from dlimages.render import environment, render_cell
-from dlimages.spec import Matrix
 
 REPO = Path(__file__).resolve().parents[2]
 CellLookup = Callable[[str, str], Cell]

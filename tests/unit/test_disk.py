@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from dlimages import disk
-from dlimages.errors import InputError
-from dlimages.runner import Runner
+from dlimages.build import disk
+from dlimages.core.errors import InputError
+from dlimages.core.runner import Runner
 
 
 def engine(root: Path, endpoint: str) -> Runner:

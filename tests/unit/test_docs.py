@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from dlimages import doctor, matrixdocs
-from dlimages.cells import Expansion
-from dlimages.errors import InputError
-from dlimages.lock import lock_state
-from dlimages.matrixdocs import MATRIX_PAGE, PROVISIONING, Block, splice
-from dlimages.project import Project
-from dlimages.render import render_documents, stale_documents
-from dlimages.spec import Matrix
+from dlimages.core.errors import InputError
+from dlimages.generate import matrixdocs
+from dlimages.generate.lock import lock_state
+from dlimages.generate.matrixdocs import MATRIX_PAGE, PROVISIONING, Block, splice
+from dlimages.generate.project import Project
+from dlimages.generate.render import render_documents, stale_documents
+from dlimages.model import doctor
+from dlimages.model.cells import Expansion
+from dlimages.model.spec import Matrix
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX_TEXT = "# The matrix\n\nIts own words.\n\n<!-- matrix:begin -->\nold table\n<!-- matrix:end -->\n\nMore words.\n"
@@ -107,7 +108,7 @@ def test_the_table_shows_a_flavor_lock_and_reason_code_per_python(matrix: Matrix
 
 
 def test_every_rule_compat_can_give_has_a_code_in_the_legend() -> None:
-    source = (REPO / "src/dlimages/compat.py").read_text(encoding="utf-8")
+    source = (REPO / "src/dlimages/model/compat.py").read_text(encoding="utf-8")
     rules = set(re.findall(r'Reason\(\s*"([a-z-]+)"', source))
     assert rules and rules <= set(matrixdocs.REASON_CODES), rules - set(matrixdocs.REASON_CODES)
 
@@ -276,7 +277,7 @@ def test_the_readme_links_the_matrix_and_the_guide() -> None:
 
 _RENDER = """
 from pathlib import Path
-from dlimages.project import Project
+from dlimages.generate.project import Project
 Project(Path.cwd()).write_rendered()
 """
 

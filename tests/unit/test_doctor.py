@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from dlimages import compat
-from dlimages.cells import Cell, Expansion
-from dlimages.doctor import (
+from dlimages.core.errors import InputError
+from dlimages.core.runner import Runner
+from dlimages.gpu.probe import probe_container_runtime, probe_host
+from dlimages.model import compat
+from dlimages.model.cells import Cell, Expansion
+from dlimages.model.doctor import (
     NO_DRIVER,
     NO_GPU,
     RUNTIME_MISSING,
@@ -31,13 +34,9 @@ from dlimages.doctor import (
     parse_arch,
     parse_brand,
     parse_driver,
-    probe_container_runtime,
-    probe_host,
     report,
     verdict,
 )
-from dlimages.errors import InputError
-from dlimages.runner import Runner
 
 H100 = Node("535.104.05", (Gpu("NVIDIA H100 80GB HBM3", "sm_90", "nvidia"),) * 2, True, "given")
 H200 = Node("535.104.05", (Gpu("NVIDIA H200", "sm_90", "nvidia"),), True, "given")

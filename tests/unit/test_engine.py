@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from dlimages.engine import ENGINE_SCRIPT, EngineUnavailable, ensure_engine, setup_allowed
-from dlimages.runner import Runner
+from dlimages.build.engine import ENGINE_SCRIPT, EngineUnavailable, ensure_engine, setup_allowed
+from dlimages.core.runner import Runner
 
 ROOT = Path("/repo")
 

@@ -32,14 +32,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlimages import doctor
-from dlimages.buildplan import Secrets, plan_builds
-from dlimages.cells import Expansion, expand
-from dlimages.errors import InputError
-from dlimages.project import Project
-from dlimages.selection import Selection, select
-from dlimages.spec import Matrix, _VersionsAsText, load_matrix, parse_matrix
-from dlimages.tables import cells_table, exclusions_text
+from dlimages.build.plan import Secrets, plan_builds
+from dlimages.core.errors import InputError
+from dlimages.generate.project import Project
+from dlimages.model import doctor
+from dlimages.model.cells import Expansion, expand
+from dlimages.model.selection import Selection, select
+from dlimages.model.spec import Matrix, _VersionsAsText, load_matrix, parse_matrix
+from dlimages.model.tables import cells_table, exclusions_text
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_MATRIX = REPO / "tests/fixtures/matrix.yaml"

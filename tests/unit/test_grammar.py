@@ -1,11 +1,11 @@
-"""The ASCII-only grammars every outside value passes (dlimages.grammar): what each accepts, and one test per
+"""The ASCII-only grammars every outside value passes (dlimages.core.grammar): what each accepts, and one test per
 message it can give. Hostile values are the ones the issue-8 review found reaching a shell or a Dockerfile."""
 
 from __future__ import annotations
 
 import pytest
 
-from dlimages.grammar import (
+from dlimages.core.grammar import (
     NAME,
     VERSION,
     count_problem,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dlimages.cells import Expansion
+from dlimages.model.cells import Expansion
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"

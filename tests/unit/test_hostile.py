@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from dlimages.errors import InputError
-from dlimages.mirrors import debian_mirrors
+from dlimages.build.mirrors import debian_mirrors
+from dlimages.core.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_MATRIX = REPO / "tests/fixtures/matrix.yaml"
@@ -346,7 +346,7 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The repo copy every case starts from: the fixture matrix, templates/, tasks.py, and images/ rendered."""
-    from dlimages.project import Project
+    from dlimages.generate.project import Project
 
     root = tmp_path_factory.mktemp("hostile") / "repo"
     root.mkdir()
@@ -524,7 +524,7 @@ def test_hostile_host_apt_sources_are_refused_or_ignored(tmp_path: Path, content
     except InputError as error:
         assert SECRET not in error.report()
         return
-    from dlimages.grammar import url_problem
+    from dlimages.core.grammar import url_problem
 
     assert url_problem(main) is None and url_problem(security) is None, (main, security)
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from dlimages import imagearchive
-from dlimages.errors import InputError
-from dlimages.imagearchive import DEBIAN_PATH, ImageConfig, config_json, main, write_docker_archive
+from dlimages.build import imagearchive
+from dlimages.build.imagearchive import DEBIAN_PATH, ImageConfig, config_json, main, write_docker_archive
+from dlimages.core.errors import InputError
 
 EPOCH = 1747699200  # 2025-05-20T00:00:00Z
 TAG = "dlimages-test/base:debian12"
@@ -241,7 +241,7 @@ def test_cli_prints_the_image_id(layer: Path, tmp_path: Path, capsys: pytest.Cap
 def test_cli_runs_as_a_module(layer: Path, tmp_path: Path) -> None:
     argv = ["--layer", "layer.tar", "--out", "base.tar", "--tag", TAG, "--epoch", str(EPOCH), "--created-by", "x y"]
     done = subprocess.run(
-        [sys.executable, "-m", "dlimages.imagearchive", *argv],
+        [sys.executable, "-m", "dlimages.build.imagearchive", *argv],
         cwd=tmp_path,
         capture_output=True,
         text=True,

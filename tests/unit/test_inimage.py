@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from dlimages.errors import InputError
-from dlimages.inimage import bench_command, check_images, meaning, run_argv, run_in_image, worst
-from dlimages.runner import Runner
+from dlimages.core.errors import InputError
+from dlimages.core.runner import Runner
+from dlimages.gpu.inimage import bench_command, check_images, meaning, run_argv, run_in_image, worst
 
 
 def runner_printing(lines: Sequence[str], code: int, seen: list[list[str]]) -> Runner:

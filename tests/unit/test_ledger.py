@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dlimages.builder import BuildResult
-from dlimages.cells import Expansion
-from dlimages.errors import InputError
-from dlimages.ledger import LEDGER_FILE, Ledger
+from dlimages.build.builder import BuildResult
+from dlimages.build.ledger import LEDGER_FILE, Ledger
+from dlimages.core.errors import InputError
+from dlimages.model.cells import Expansion
 
 IMAGE_ID = "sha256:" + "d" * 64
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from dlimages import lock
-from dlimages.cells import Cell, Expansion
-from dlimages.errors import InputError
-from dlimages.project import Project
-from dlimages.render import environment, render_cell
-from dlimages.runner import Runner
-from dlimages.spec import Matrix
+from dlimages.core.errors import InputError
+from dlimages.core.runner import Runner
+from dlimages.generate import lock
+from dlimages.generate.project import Project
+from dlimages.generate.render import environment, render_cell
+from dlimages.model.cells import Cell, Expansion
+from dlimages.model.spec import Matrix
 
 PYPI_CELL = ("pytorch", "cuda12.1-torch2.1.2-py3.10-runtime")
 INDEX_CELL = ("pytorch", "cuda11.8-torch2.1.2-py3.10-runtime")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dlimages.cells import Cell
-from dlimages.errors import InputError
-from dlimages.mirrors import MirrorArgs, debian_mirrors, host_apt_uris, resolve
-from dlimages.spec import Matrix
+from dlimages.build.mirrors import MirrorArgs, debian_mirrors, host_apt_uris, resolve
+from dlimages.core.errors import InputError
+from dlimages.model.cells import Cell
+from dlimages.model.spec import Matrix
 
 CellLookup = Callable[[str, str], Cell]
 

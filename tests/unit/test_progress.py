@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from dlimages.progress import (
+from dlimages.build.progress import (
     WIDTH,
     BuildProgress,
     Layer,

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from fake_docker import LOCAL_ID, OTHER_ID, REF, REFUSED, REG, REMOTE, FakeDocker, digest_of, manifest_inspect
 
-from dlimages.errors import InputError
-from dlimages.push import (
+from dlimages.core.errors import InputError
+from dlimages.core.runner import Runner
+from dlimages.publish.push import (
     PUSH_TIMEOUT_S,
     PushError,
     PushInterrupted,
@@ -31,7 +32,6 @@ from dlimages.push import (
     push_image,
     retries_from_flag,
 )
-from dlimages.runner import Runner
 
 Docker = Callable[..., "subprocess.CompletedProcess[str]"]
 LAYER = "bcac0a5b6318"  # the one layer FakeDocker's push reports

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from fake_docker import REF, REG
 
-from dlimages.errors import InputError
-from dlimages.references import image_problems, ref_problems, registry_ref
+from dlimages.core.errors import InputError
+from dlimages.core.references import image_problems, ref_problems, registry_ref
 
 
 @pytest.mark.parametrize(

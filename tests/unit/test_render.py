@@ -25,11 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from dlimages.cells import Cell, Expansion
-from dlimages.errors import InputError
-from dlimages.lock import LOCK_FILES
-from dlimages.project import Project
-from dlimages.render import (
+from dlimages.core.errors import InputError
+from dlimages.generate.lock import LOCK_FILES
+from dlimages.generate.project import Project
+from dlimages.generate.render import (
     GeneratedFile,
     check_partials,
     dockerfile_problems,
@@ -40,7 +39,8 @@ from dlimages.render import (
     stale_files,
     write_tree,
 )
-from dlimages.spec import Matrix
+from dlimages.model.cells import Cell, Expansion
+from dlimages.model.spec import Matrix
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -159,8 +159,8 @@ def test_every_pip_run_mounts_the_secrets_and_trusts_the_extra_ca_only_when_give
 # `invoke render`, without tasks.py: the package calls that task makes, in the current folder.
 _RENDER = """
 from pathlib import Path
-from dlimages.project import Project
-from dlimages.render import render_tree, write_tree
+from dlimages.generate.project import Project
+from dlimages.generate.render import render_tree, write_tree
 project = Project(Path.cwd())
 write_tree(project.root, render_tree(project.root, project.matrix, project.expansion))
 """
@@ -845,7 +845,7 @@ def test_the_locks_of_a_cell_that_left_the_matrix_are_kept_and_named(
     locks = _write_locks(root / folder)
     (root / folder / "notes.txt").write_text("mine\n", encoding="utf-8")
     left = [f for f in files if not f.path.startswith(f"{folder}/")]  # as if the cell left the matrix
-    with caplog.at_level(logging.INFO, logger="dlimages.render"):
+    with caplog.at_level(logging.INFO, logger="dlimages.generate.render"):
         assert write_tree(root, left) == [f"removed {folder}/Dockerfile", f"removed {folder}/cell.json"]
     assert _identities(root / folder) == locks
     assert (root / folder / "notes.txt").read_text(encoding="utf-8") == "mine\n"
@@ -872,7 +872,7 @@ def test_a_render_waits_for_one_in_progress_and_says_so(
     root, _ = rendered_copy
     _change_every_dockerfile(root)
     results: list[tuple[list[str], int]] = []
-    with caplog.at_level(logging.INFO, logger="dlimages.render"):
+    with caplog.at_level(logging.INFO, logger="dlimages.generate.render"):
         with rendering(root):
             second = threading.Thread(target=lambda: results.append(Project(root).write_rendered()))
             second.start()

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from fake_docker import LOCAL_ID, REF, REG, REMOTE, FakeDocker
 
-from dlimages.push import PushError, PushResult
-from dlimages.report import build_report, image_manifest, write_report
-from dlimages.runner import Runner
+from dlimages.core.runner import Runner
+from dlimages.publish.push import PushError, PushResult
+from dlimages.publish.report import build_report, image_manifest, write_report
 
 
 def test_image_manifest() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from invoke.program import Program
 
-from dlimages.reportdiff import MAX_FILE_BYTES, diff_markdown, escape, report_diff
+from dlimages.publish.reportdiff import MAX_FILE_BYTES, diff_markdown, escape, report_diff
 
 REPO = Path(__file__).resolve().parents[2]
 

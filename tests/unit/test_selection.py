@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from dlimages.cells import Cell, Expansion, expand
-from dlimages.compat import Candidate
-from dlimages.errors import InputError
-from dlimages.selection import Selection, flags_for, flags_text, nearest_cells, select
-from dlimages.spec import Matrix, version_key
+from dlimages.core.errors import InputError
+from dlimages.model.cells import Cell, Expansion, expand
+from dlimages.model.compat import Candidate
+from dlimages.model.selection import Selection, flags_for, flags_text, nearest_cells, select
+from dlimages.model.spec import Matrix, version_key
 
 CellLookup = Callable[[str, str], Cell]
 Parse = Callable[[dict[str, Any] | str], Matrix]

@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dlimages.cells import Expansion
-from dlimages.tables import exclusions_text
+from dlimages.model.cells import Expansion
+from dlimages.model.tables import exclusions_text
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = Path(__file__).parent / "snapshots"

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dlimages.errors import InputError
-from dlimages.spec import Matrix, _VersionsAsText, load_matrix, parse_matrix
+from dlimages.core.errors import InputError
+from dlimages.model.spec import Matrix, _VersionsAsText, load_matrix, parse_matrix
 
 FIXTURE_MATRIX = Path(__file__).resolve().parents[1] / "fixtures/matrix.yaml"
 MATRIX_TEXT = FIXTURE_MATRIX.read_text(encoding="utf-8")

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from dlimages import tags
-from dlimages.cells import Cell, Expansion, expand
-from dlimages.compat import Candidate
-from dlimages.errors import InputError
-from dlimages.spec import Matrix, version_key
+from dlimages.core.errors import InputError
+from dlimages.model import tags
+from dlimages.model.cells import Cell, Expansion, expand
+from dlimages.model.compat import Candidate
+from dlimages.model.spec import Matrix, version_key
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")

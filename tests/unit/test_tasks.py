@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from invoke.program import Program
 
-from dlimages.project import Project
+from dlimages.generate.project import Project
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "lab/pytorch-universal-dev"

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from gh_expressions import runs
 
-from dlimages import tags
+from dlimages.model import tags
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / ".github/workflows"

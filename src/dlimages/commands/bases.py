@@ -8,15 +8,18 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from dlimages import baselock, basesource, inimage, usage
-from dlimages.base import make_base_argv, missing_bases
+from dlimages.build import basesource
+from dlimages.build.base import make_base_argv, missing_bases
 from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, engine, say
-from dlimages.errors import InputError, Problem
-from dlimages.project import Project
-from dlimages.runner import DEFAULT as RUNNER
-from dlimages.runner import run_folder
-from dlimages.selection import select
+from dlimages.core import usage
+from dlimages.core.errors import InputError, Problem
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.core.runner import run_folder
+from dlimages.generate import baselock
+from dlimages.generate.project import Project
+from dlimages.gpu import inimage
+from dlimages.model.selection import select
 
 
 def base(root: Path, *, mirror: str | None = None, check: bool = False, no_engine_setup: bool = False) -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import shlex
 
-from dlimages import basesource
-from dlimages import repro as reproducibility
-from dlimages.advice import Remedies
-from dlimages.bake import (
+from dlimages.build import basesource
+from dlimages.build.advice import Remedies
+from dlimages.build.bake import (
     BAKE_FILE,
     bake_document,
     cache_export_problem,
@@ -17,18 +16,19 @@ from dlimages.bake import (
     out_problems,
     write_bake,
 )
-from dlimages.builder import all_built, builder_driver, next_commands, run_bakes, run_builds, summary_table
-from dlimages.buildplan import BuildPlan, Secrets, local_bases, plan_run
-from dlimages.cells import Cell
+from dlimages.build.builder import all_built, builder_driver, next_commands, run_bakes, run_builds, summary_table
+from dlimages.build.ledger import Ledger
+from dlimages.build.plan import BuildPlan, Secrets, local_bases, plan_run
 from dlimages.commands.bases import make_local_bases
 from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, engine, say, warn_if_short_of_disk
-from dlimages.errors import InputError
-from dlimages.ledger import Ledger
-from dlimages.project import Project
-from dlimages.runner import DEFAULT as RUNNER
-from dlimages.runner import run_folder
-from dlimages.selection import select
+from dlimages.core.errors import InputError
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.core.runner import run_folder
+from dlimages.generate.project import Project
+from dlimages.model.cells import Cell
+from dlimages.model.selection import select
+from dlimages.repro import proof
 
 
 def build(
@@ -133,13 +133,13 @@ def repro(
     """Build each selected cell (or `dockerfile`) cold twice, or once `against` an image, and report every
     difference; Failed (exit 1, the report printed) unless all are reproducible."""
     given = cells.given() | {"--mirror": mirror, "--base-registry": base_registry, "--ca-bundle": ca_bundle}
-    problems = reproducibility.flag_problems(dockerfile, context, against, given)
+    problems = proof.flag_problems(dockerfile, context, against, given)
     if problems:
         raise InputError(problems)
     profile = "none" if mirror is None else mirror
     workdir = run_folder()
     if dockerfile is not None:
-        argv = reproducibility.dockerfile_build(*reproducibility.dockerfile_flags(dockerfile, context))
+        argv = proof.dockerfile_build(*proof.dockerfile_flags(dockerfile, context))
         engine(project.root, no_engine_setup)
         builds, dirty = [(dockerfile, argv)], False
     else:
@@ -152,7 +152,7 @@ def repro(
         builds = [(each.cell.slug, each.build) for each in plans]
         dirty = any(each.build_arg("REVISION").endswith("-dirty") for each in plans)
     outcomes = [
-        reproducibility.reproduce(name, argv, project.root, RUNNER, workdir, against=against, dirty=dirty)
+        proof.reproduce(name, argv, project.root, RUNNER, workdir, against=against, dirty=dirty)
         for name, argv in builds
     ]
     report = "\n" + "\n".join(outcome.report() for outcome in outcomes)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from dlimages.selection import Selection
+from dlimages.model.selection import Selection
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from dlimages import doctor as node_doctor
-from dlimages import lock as lock_files
-from dlimages import usage
-from dlimages.changes import changed_since
 from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, note
-from dlimages.errors import InputError
-from dlimages.project import Project
-from dlimages.runner import DEFAULT as RUNNER
-from dlimages.selection import flags_for, select
-from dlimages.tables import cells_table, exclusions_text
+from dlimages.core import usage
+from dlimages.core.errors import InputError
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.generate import lock as lock_files
+from dlimages.generate.changes import changed_since
+from dlimages.generate.project import Project
+from dlimages.gpu import probe
+from dlimages.model import doctor as node_doctor
+from dlimages.model.selection import flags_for, select
+from dlimages.model.tables import cells_table, exclusions_text
 
 
 def matrix(project: Project, *, json_: bool = False, explain: bool = False, since: str | None = None) -> str:
@@ -92,6 +93,6 @@ def doctor(
     json_: bool = False,
 ) -> str:
     """Which cells run on this GPU node (or the one `gpu` and `driver` describe), and how: a report or JSON."""
-    node = node_doctor.node_from_flags(gpu, driver, node_doctor.probe_host, brand)
+    node = node_doctor.node_from_flags(gpu, driver, probe.probe_host, brand)
     rows = node_doctor.report(project.expansion.cells, node)
     return json.dumps(rows, indent=2) if json_ else node_doctor.format_report(rows, node)

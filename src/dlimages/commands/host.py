@@ -11,12 +11,12 @@ from pathlib import Path
 
 from invoke.context import Context
 
-from dlimages import ci as ci_plan
-from dlimages import disk as data_disk
-from dlimages import usage
+from dlimages.build import disk as data_disk
+from dlimages.build.ledger import Ledger
+from dlimages.commands import ci_plan
 from dlimages.commands.session import Failed, engine, say
-from dlimages.ledger import Ledger
-from dlimages.runner import DEFAULT as RUNNER
+from dlimages.core import usage
+from dlimages.core.runner import DEFAULT as RUNNER
 
 
 def disk(root: Path, *, need: str = "0", no_engine_setup: bool = False) -> str:

@@ -9,15 +9,17 @@ from pathlib import Path
 
 from invoke.context import Context
 
-from dlimages import ci as ci_plan
-from dlimages import inimage, reportdiff, usage
-from dlimages import tags as tag_rules
+from dlimages.build.ledger import LEDGER_FILE, Ledger
+from dlimages.commands import ci_plan
 from dlimages.commands.session import Failed, engine, say
-from dlimages.errors import InputError, Problem
-from dlimages.ledger import LEDGER_FILE, Ledger
-from dlimages.push import PushError, PushInterrupted, plan_push, push_image, retries_from_flag
-from dlimages.report import build_report, image_manifest, report_target, write_report
-from dlimages.runner import DEFAULT as RUNNER
+from dlimages.core import usage
+from dlimages.core.errors import InputError, Problem
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.gpu import inimage
+from dlimages.model import tags as tag_rules
+from dlimages.publish import reportdiff
+from dlimages.publish.push import PushError, PushInterrupted, plan_push, push_image, retries_from_flag
+from dlimages.publish.report import build_report, image_manifest, report_target, write_report
 
 NOTHING_BUILT = f"no image given and no successful `{usage.BUILD}` recorded"
 

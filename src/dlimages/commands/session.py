@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dlimages import disk as data_disk
-from dlimages.engine import EngineUnavailable, ensure_engine, setup_allowed
-from dlimages.runner import DEFAULT as RUNNER
+from dlimages.build import disk as data_disk
+from dlimages.build.engine import EngineUnavailable, ensure_engine, setup_allowed
+from dlimages.core.runner import DEFAULT as RUNNER
 
 
 class Failed(Exception):

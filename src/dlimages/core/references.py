@@ -1,0 +1,120 @@
+"""Docker image references: what `docker tag`, `docker push` and `docker run` accept, checked before any command runs.
+
+Pure functions: `image_problems`, `registry_problems` and `ref_problems` word each problem for the person who typed
+the value; `registry_ref` joins a registry and a local ref; `split_tag` cuts a ref into repository and tag.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from dlimages.core.errors import InputError, Problem
+from dlimages.core.grammar import REFERENCE_ALLOWED, host_problem, reference_problem
+
+REGISTRY_ALLOWED = "host[:port][/path], e.g. 127.0.0.1:5000 or registry.example.com/team"
+
+# docker's reference grammar (distribution/reference): what `docker tag` accepts.
+_HOST_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST = re.compile(rf"{_HOST_PART}(?:\.{_HOST_PART})*|\[[0-9A-Fa-f:.]+\]")
+_PATH_PART = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # ASCII only: \w would take every script's letters
+_REFERENCE_CHARACTERS = re.compile(r"[A-Za-z0-9._:/@\[\]-]+")
+MAX_NAME = 255  # docker refuses a name (registry and repository, no tag) longer than this: NameTotalLengthMax
+_SHOWN = 80  # a longer value is cut short in messages
+
+
+def image_problems(refs: Iterable[str], where: str = "--image") -> list[Problem]:
+    """A problem for each image a task was given that docker would not read as exactly one image reference: an
+    empty value, an option such as --help, whitespace, characters outside ASCII. Checked before anything runs."""
+    problems: list[Problem] = []
+    for ref in dict.fromkeys(refs):
+        problem = reference_problem(ref)
+        if problem is not None:
+            problems.append(Problem(f"{where} {ref!r}", problem, REFERENCE_ALLOWED))
+    return problems
+
+
+def registry_problems(registry: str, where: str = "--registry") -> list[Problem]:
+    """Everything wrong with one registry value (HOST[:PORT][/PATH]), worded for the person who typed it."""
+
+    def problem(message: str) -> list[Problem]:
+        shown = registry if len(registry) <= _SHOWN else f"{registry[: _SHOWN - 3]}..."
+        return [Problem(where, f"'{shown}' {message}", REGISTRY_ALLOWED)]
+
+    if not registry:
+        return problem("is empty")
+    if len(registry) > MAX_NAME - 2:  # '/' and at least one character of an image's own name must follow
+        return problem(f"is {len(registry)} characters long: too long to begin an image name ({MAX_NAME} in all)")
+    if "://" in registry:
+        return problem("has a scheme: give the address only (docker picks https, or http for 127.0.0.1)")
+    if any(ch.isspace() for ch in registry):
+        return problem("contains whitespace")
+    if registry.endswith("/"):
+        return problem("ends with '/'")
+    host_port, _, path = registry.partition("/")
+    host, port = host_port, ""
+    if not host_port.endswith("]") and ":" in host_port:
+        host, _, port = host_port.rpartition(":")
+    if not _HOST.fullmatch(host):
+        return problem(f"has no valid host name ('{host}')")
+    too_long = host_problem(host)
+    if too_long:
+        return problem(too_long)
+    if port and not (re.fullmatch("[0-9]{1,5}", port) and 1 <= int(port) <= 65535):  # ASCII digits only
+        return problem(f"has port '{port}', not a number from 1 to 65535")
+    if not port and "." not in host and not host.startswith("[") and host != "localhost":
+        # docker reads a first component without '.' or ':' as a Docker Hub namespace, so the push
+        # would silently go to docker.io/<registry>/...
+        return problem(
+            "would be read by docker as a Docker Hub namespace: give a host with a dot, a port, or localhost"
+        )
+    bad = [part for part in path.split("/") if not _PATH_PART.fullmatch(part)] if path else []
+    if bad:
+        return problem(f"has path part '{bad[0]}': lowercase letters, digits and single '.', '_' or '-' between them")
+    return []
+
+
+def ref_problems(image_ref: str) -> list[Problem]:
+    """Everything wrong with a local image ref that is to be pushed under a registry prefix."""
+
+    def problem(message: str, allowed: str = "repository[:tag], e.g. lab/pytorch-universal-dev:v1.0") -> list[Problem]:
+        return [Problem(f"image {image_ref!r}", message, allowed)]
+
+    general = reference_problem(image_ref)
+    if general is not None and (image_ref.startswith("-") or not _REFERENCE_CHARACTERS.fullmatch(image_ref)):
+        return problem(general)  # empty, an option, whitespace, outside ASCII: said as such
+    if "@" in image_ref:
+        return problem("is a digest reference: push a tag")
+    name, tag = split_tag(image_ref)
+    if tag is not None and not _TAG.fullmatch(tag):
+        return problem(f"has tag '{tag}': letters, digits, '_', '.', '-', at most 128, not starting with '.' or '-'")
+    parts = name.split("/")
+    if not name or any(not _PATH_PART.fullmatch(part) for part in parts):
+        return problem("is not a repository name: lowercase path parts separated by '/'")
+    if len(parts) > 1 and ("." in parts[0] or parts[0] == "localhost"):
+        return problem(f"already names a registry ('{parts[0]}'): give the repository without it")
+    return [] if general is None else problem(general)  # e.g. longer than docker allows
+
+
+def registry_ref(registry: str, image_ref: str) -> str:
+    """The ref `image_ref` gets in `registry`: ("127.0.0.1:5000", "lab/x:v1") -> "127.0.0.1:5000/lab/x:v1"."""
+    problems = registry_problems(registry) + ref_problems(image_ref)
+    remote = f"{registry}/{image_ref}"
+    if not problems and name_too_long(remote):
+        problems.append(Problem(f"image '{image_ref}'", f"with '{registry}' is longer than {MAX_NAME} characters"))
+    if problems:
+        raise InputError(problems)
+    return remote
+
+
+def name_too_long(ref: str) -> bool:
+    """Whether docker would refuse `ref` for its name (registry and repository, without tag or digest)."""
+    return len(split_tag(ref.split("@", 1)[0])[0]) > MAX_NAME
+
+
+def split_tag(ref: str) -> tuple[str, str | None]:
+    """("host:5000/a/b:t") -> ("host:5000/a/b", "t"): a ':' after the last '/' starts the tag."""
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    return (ref[:colon], ref[colon + 1 :]) if colon > slash else (ref, None)

@@ -1,0 +1,405 @@
+"""Locks: each cell's complete Python package set, resolved by uv for the cell's Python and Linux platform, with
+every distribution's hash, committed beside the cell's Dockerfile; builds install from it and nothing else.
+
+A cell folder holds three files cut from one resolution: `requirements.lock` (everything: what the image keeps at
+/opt/venv/requirements.lock), and two slices of it that give the install its layers: `pip.lock` (pip itself, which
+installs the rest) and `framework.lock` (the framework and everything it pulls in, 5 GB that should not be
+downloaded again when a package of the set changes). Each file starts with the digest of what the lock was resolved
+from (`LockInput`), so `invoke lock --check` sees a lock that matrix.yaml has moved away from without resolving.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlimages.core import usage
+from dlimages.core.errors import InputError, Problem
+from dlimages.core.files import write_atomic
+from dlimages.core.grammar import PROJECT_NAME_ALLOWED, project_name_problem
+from dlimages.core.runner import Result, Runner
+from dlimages.model.cells import Cell
+from dlimages.model.selection import flags_for
+
+LOCK = "requirements.lock"
+FRAMEWORK_LOCK = "framework.lock"
+PIP_LOCK = "pip.lock"
+LOCK_FILES = (LOCK, FRAMEWORK_LOCK, PIP_LOCK)
+# glibc 2.28: every OS the matrix builds on has at least that (Ubuntu 20.04: 2.31), and manylinux wheels up to
+# 2_28 cover every framework release of the matrix.
+PLATFORM = "x86_64-manylinux_2_28"
+RESOLVE_TIMEOUT_S = 300.0  # TF 2.4.4 with its pinned data stack on Python 3.8: 17 s here; pip alone never ended
+FORMAT = 1  # bump when the lock layout changes, so every lock reads as stale
+# Installed with pip in the venv's first step (pip.lock). The venv comes with the OS's own setuptools; were it
+# replaced in a later step, that step's layer would hold whiteouts stamped with the time of the build.
+BOOTSTRAP = ("pip", "setuptools")
+BOOTSTRAP_UNPINNED = ("setuptools",)  # the newest the cell's Python and packages allow (the lock pins it)
+INSTALL_FLAGS = "--no-deps --require-hashes --only-binary=:all:"
+
+
+def install_flags(source_builds: Sequence[str] = ()) -> str:
+    """pip's flags for installing a lock: exact files by hash, no resolution, wheels only (but the named sources)."""
+    return INSTALL_FLAGS + (f" --no-binary={','.join(source_builds)}" if source_builds else "")
+
+
+_DIGEST_LINE = re.compile(r"^# Input: (sha256:[0-9a-f]{64})$", re.MULTILINE)
+_PIN_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?: \\)?$")
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name normalisation: `Typing_Extensions` and `typing-extensions` are one package."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_name(requirement: str) -> str:
+    return normalize(re.split(r"[\[=<>!~ ;]", requirement, maxsplit=1)[0])
+
+
+@dataclass(frozen=True)
+class LockInput:
+    """What one cell's lock is resolved from. Its digest is written into the lock; a lock whose digest differs from
+    the cell's current input is stale."""
+
+    requirements: tuple[str, ...]  # pip, the framework (with its CUDA wheels and companions), the package set
+    roots: tuple[str, ...]  # the framework's own requirement names: its closure is framework.lock
+    python: str
+    platform: str = PLATFORM
+    extra_index_url: str | None = None  # PyTorch's CUDA-build index, asked before PyPI (see compile_argv)
+    find_links: str | None = None
+    source_builds: tuple[str, ...] = ()  # the only packages allowed as source (sdist) rather than wheels
+
+    @property
+    def pypi_only(self) -> bool:
+        return self.extra_index_url is None and self.find_links is None
+
+    def text(self) -> str:
+        """The requirements file uv resolves."""
+        return "".join(f"{requirement}\n" for requirement in self.requirements)
+
+    def digest(self) -> str:
+        fields = {
+            "format": FORMAT,
+            "requirements": list(self.requirements),
+            "roots": list(self.roots),
+            "python": self.python,
+            "platform": self.platform,
+            "extra_index_url": self.extra_index_url,
+            "find_links": self.find_links,
+            "source_builds": list(self.source_builds),
+        }
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+        return f"sha256:{hashlib.sha256(canonical).hexdigest()}"
+
+
+def lock_input(cell: Cell, pip_version: str) -> LockInput:
+    install = cell.install
+    return LockInput(
+        requirements=(
+            f"pip=={pip_version}",
+            *BOOTSTRAP_UNPINNED,
+            *install.requirements,
+            *(f"{n}=={v}" for n, v in cell.packages),
+        ),
+        roots=tuple(dict.fromkeys(requirement_name(r) for r in install.requirements)),
+        python=cell.python,
+        extra_index_url=install.index_url,
+        find_links=install.find_links,
+        source_builds=install.source_builds,
+    )
+
+
+def cell_dir(root: Path, cell: Cell) -> Path:
+    return root / "images" / cell.framework / cell.slug
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One locked distribution as uv writes it: name==version, its hashes and what required it."""
+
+    name: str  # normalised
+    text: str  # the whole block (pin line, hash lines, `# via` lines), as uv wrote it
+    parents: tuple[str, ...]  # normalised names of the packages that require it; "-r" when the input names it
+
+
+def parse_compiled(text: str) -> list[Pin]:
+    """The pins of uv's `pip compile --generate-hashes --no-header` output, in its (sorted) order."""
+    pins: list[Pin] = []
+    block: list[str] = []
+    for line in text.splitlines():
+        if _PIN_LINE.match(line):
+            if block:
+                pins.append(_pin(block))
+            block = [line]
+        elif block:
+            block.append(line)
+    if block:
+        pins.append(_pin(block))
+    return pins
+
+
+def _pin(block: list[str]) -> Pin:
+    match = _PIN_LINE.match(block[0])
+    assert match is not None
+    parents: list[str] = []
+    for line in block[1:]:
+        comment = line.strip().removeprefix("#").strip()
+        if comment.startswith("via"):
+            comment = comment.removeprefix("via").strip()
+        if not comment or line.strip().startswith("--hash"):
+            continue
+        parents.append("-r" if comment.startswith("-r ") else normalize(comment.split()[0]))
+    return Pin(normalize(match.group(1)), "\n".join(block), tuple(parents))
+
+
+def closure(pins: Sequence[Pin], roots: Iterable[str]) -> set[str]:
+    """The roots and everything they require, transitively, read from uv's `# via` annotations."""
+    children: dict[str, set[str]] = {}
+    for pin in pins:
+        for parent in pin.parents:
+            children.setdefault(parent, set()).add(pin.name)
+    wanted, todo = set(), [normalize(root) for root in roots]
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo += children.get(name, ())
+    return wanted
+
+
+def header(cell: Cell, lock: LockInput, uv_version: str, part: str) -> str:
+    index = "PyPI" if lock.pypi_only else "PyPI and " + (lock.extra_index_url or lock.find_links or "")
+    return (
+        f"# Generated by `{usage.LOCK}` ({uv_version}) from matrix.yaml: do not edit; "
+        f"run `{usage.LOCK} {flags_for(cell)}` instead.\n"
+        f"# Cell: {cell.slug} | Python {lock.python} | {lock.platform} | {index}\n"
+        f"# Part: {part}\n"
+        f"# Install: pip install {install_flags(lock.source_builds)} -r THIS_FILE\n"
+        f"# Input: {lock.digest()}\n"
+    )
+
+
+def lock_files(cell: Cell, lock: LockInput, pins: Sequence[Pin], uv_version: str) -> dict[str, str]:
+    """The three files of a cell's lock, from one resolution."""
+    framework = closure(pins, lock.roots)
+    parts = {
+        LOCK: ("the complete environment", pins),
+        FRAMEWORK_LOCK: ("the framework and what it requires", [p for p in pins if p.name in framework]),
+        PIP_LOCK: ("pip and setuptools, installed first", [p for p in pins if p.name in BOOTSTRAP]),
+    }
+    return {
+        name: header(cell, lock, uv_version, part) + "".join(f"{pin.text}\n" for pin in chosen)
+        for name, (part, chosen) in parts.items()
+    }
+
+
+# --- the state of a cell's lock ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockState:
+    cell: Cell
+    status: str  # "locked", "stale", "unlocked", "broken"
+    detail: str = ""
+
+    @property
+    def locked(self) -> bool:
+        """The cell's Dockerfile installs from its lock (a stale lock still does; `lock --check` fails on it)."""
+        return self.status in ("locked", "stale")
+
+
+def lock_state(root: Path, cell: Cell, pip_version: str) -> LockState:
+    folder = cell_dir(root, cell)
+    present = [name for name in LOCK_FILES if (folder / name).is_file()]
+    if not present:
+        return LockState(cell, "unlocked")
+    if len(present) != len(LOCK_FILES):
+        missing = ", ".join(sorted(set(LOCK_FILES) - set(present)))
+        return LockState(cell, "broken", f"{missing} missing beside {', '.join(present)}")
+    want = lock_input(cell, pip_version).digest()
+    for name in LOCK_FILES:
+        match = _DIGEST_LINE.search((folder / name).read_text(encoding="utf-8", errors="replace"))
+        if match is None:
+            return LockState(cell, "broken", f"{name} has no `# Input:` line (edited by hand?)")
+        if match.group(1) != want:
+            return LockState(cell, "stale", f"{name} was resolved from other pins, packages, Python or index")
+    return LockState(cell, "locked")
+
+
+def lock_problems(root: Path, cells: Iterable[Cell], pip_version: str) -> list[Problem]:
+    """What `invoke lock --check` fails on: a stale or broken lock, and a PyPI-only cell without a lock (such a
+    cell can always be locked, so there is no reason to build it unlocked)."""
+    problems: list[Problem] = []
+    for cell in cells:
+        state = lock_state(root, cell, pip_version)
+        where = f"images/{cell.framework}/{cell.slug}"
+        run = f"run `{usage.LOCK} {flags_for(cell)}`"
+        if state.status in ("stale", "broken"):
+            problems.append(Problem(where, f"the lock is {state.status}: {state.detail}; {run}"))
+        elif state.status == "unlocked" and lock_input(cell, pip_version).pypi_only:
+            problems.append(Problem(where, f"no lock, though every package comes from PyPI; {run}"))
+    return problems
+
+
+# --- resolving ----------------------------------------------------------------------------------------------
+
+
+def compile_argv(lock: LockInput, requirements: Path, output: Path, upgrade: Sequence[str] = ()) -> list[str]:
+    """uv's command for the cell: its Python and platform, wheels only, hashes, no host configuration.
+
+    `output` may hold the previous lock: uv keeps its versions unless `upgrade` names the package."""
+    argv = ["uv", "pip", "compile", str(requirements), "--output-file", str(output), "--no-config", "--quiet"]
+    argv += ["--python-version", lock.python, "--python-platform", lock.platform]
+    argv += ["--generate-hashes", "--only-binary", ":all:", "--no-header", "--annotation-style", "split"]
+    # The system's CA store: behind a TLS-intercepting proxy uv's bundled roots are not enough. The index is uv's
+    # default, PyPI (or what UV_DEFAULT_INDEX names: a true mirror serves the same files, so the same hashes).
+    argv += ["--native-tls"]
+    if lock.extra_index_url:
+        # uv asks the extra index first and, with `first-index`, takes every package it has from it alone: the
+        # `--index-url` semantics PyTorch documents, so a package of the same name on PyPI can never win. Named
+        # here, so that UV_INDEX_STRATEGY cannot turn it into pip's best-version-of-any-index.
+        argv += ["--extra-index-url", lock.extra_index_url, "--index-strategy", "first-index"]
+    if lock.find_links:
+        argv += ["--find-links", lock.find_links]
+    for name in lock.source_builds:
+        argv += ["--no-binary", name]
+    for name in upgrade:
+        argv += ["--upgrade-package", name]
+    return argv
+
+
+@dataclass(frozen=True)
+class Resolution:
+    cell: Cell
+    files: Mapping[str, str]  # empty when it failed
+    problem: str = ""
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+
+def uv_version(runner: Runner) -> str | None:
+    done = runner(["uv", "--version"], timeout=30)
+    words = done.out.split()
+    return " ".join(words[:2]) if done.ok and words[:1] == ["uv"] and len(words) > 1 else None
+
+
+def resolve(
+    root: Path,
+    cell: Cell,
+    pip_version: str,
+    runner: Runner,
+    *,
+    uv: str,
+    upgrade: Sequence[str] = (),
+    timeout: float = RESOLVE_TIMEOUT_S,
+) -> Resolution:
+    """Resolve one cell (bounded by `timeout`): the lock's files, or why not, in uv's words."""
+    lock = lock_input(cell, pip_version)
+    previous = cell_dir(root, cell) / LOCK
+    with tempfile.TemporaryDirectory(prefix="dlimages-lock-") as scratch:
+        requirements, output = Path(scratch) / "requirements.in", Path(scratch) / LOCK
+        requirements.write_text(lock.text(), encoding="utf-8")
+        if previous.is_file():
+            output.write_bytes(previous.read_bytes())  # uv keeps the locked versions it can
+        # Relative names, run in the scratch folder: uv writes the input's name into the lock (`# via -r ...`).
+        argv = compile_argv(lock, Path(requirements.name), Path(output.name), upgrade)
+        done = runner(argv, timeout=timeout, cwd=Path(scratch))
+        if not done.ok:
+            return Resolution(cell, {}, _failure(done, lock, timeout))
+        pins = parse_compiled(output.read_text(encoding="utf-8"))
+    names = {pin.name for pin in pins}
+    missing = [r for r in (requirement_name(q) for q in lock.requirements) if r not in names]
+    if missing:
+        return Resolution(cell, {}, f"uv's output lacks {', '.join(missing)} (a uv version this code does not read?)")
+    return Resolution(cell, lock_files(cell, lock, pins, uv))
+
+
+def _failure(done: Result, lock: LockInput, timeout: float) -> str:
+    if done.missing:
+        return "uv is not installed (it comes with this project: `pip install -e .`)"
+    if done.hung:
+        return (
+            f"did not resolve within {timeout:g} s (stopped); the requirements were: {', '.join(lock.requirements)}. "
+            "Relax a pin in matrix.yaml (packages.overrides) or raise --timeout"
+        )
+    lines = [line for line in (done.err or done.out).splitlines() if line.strip()]
+    shown = lines[:40] + ([f"... {len(lines) - 40} more lines"] if len(lines) > 40 else [])
+    return "uv could not resolve the set:\n" + "\n".join(f"    {line}" for line in shown)
+
+
+def write_lock(root: Path, resolution: Resolution) -> None:
+    """The lock's files, each atomically; pip.lock last, so an interrupted write reads as stale or broken."""
+    folder = cell_dir(root, resolution.cell)
+    for name in (LOCK, FRAMEWORK_LOCK, PIP_LOCK):
+        write_atomic(folder / name, resolution.files[name])
+
+
+_SECONDS = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,3})?")  # ASCII: float() also reads '\uff13\uff10', ' 30', '1e3', 'inf'
+
+
+def timeout_from_flag(value: str) -> float:
+    """--timeout's seconds: a positive number up to a day (InputError otherwise)."""
+    seconds = float(value) if _SECONDS.fullmatch(value) else -1.0
+    if not 0 < seconds <= 86400:
+        raise InputError([Problem("--timeout", f"{value[:40]!r} is not a number of seconds", "1 to 86400")])
+    return seconds
+
+
+def lock_cells(
+    root: Path,
+    cells: Sequence[Cell],
+    pip_version: str,
+    runner: Runner,
+    *,
+    upgrade: Sequence[str] = (),
+    timeout: float = RESOLVE_TIMEOUT_S,
+    say: Callable[[str], None] = print,
+) -> list[Resolution]:
+    """Resolve and write each cell's lock, one after another, saying how each went; a failed cell keeps its old
+    lock (if any) and the others go on."""
+    problems = [
+        Problem("--upgrade-package", f"{name[:40]!r} {problem}", PROJECT_NAME_ALLOWED)
+        for name in upgrade
+        if (problem := project_name_problem(name)) is not None
+    ]
+    if problems:
+        raise InputError(problems)
+    uv = uv_version(runner)
+    if uv is None:
+        raise InputError([Problem("uv", "not found on PATH", "the uv `pip install -e .` installs (pyproject.toml)")])
+    results: list[Resolution] = []
+    for cell in cells:
+        start = time.monotonic()
+        resolution = resolve(root, cell, pip_version, runner, uv=uv, upgrade=upgrade, timeout=timeout)
+        resolution = dataclasses.replace(resolution, seconds=time.monotonic() - start)
+        if resolution.ok:
+            write_lock(root, resolution)
+            pins = len(parse_compiled(resolution.files[LOCK]))
+            say(f"locked {cell.slug}: {pins} packages in {resolution.seconds:.1f} s")
+        else:
+            say(f"NOT locked {cell.slug} ({resolution.seconds:.1f} s): {resolution.problem}")
+        results.append(resolution)
+    return results
+
+
+def summary(root: Path, cells: Iterable[Cell], pip_version: str) -> str:
+    """One line for `invoke lock --check`: how many cells are locked, and which are not (and why that is allowed)."""
+    states = [lock_state(root, cell, pip_version) for cell in cells]
+    locked = [s for s in states if s.status == "locked"]
+    unlocked = [s.cell.slug for s in states if s.status == "unlocked"]
+    text = f"{len(locked)} cells locked and up to date"
+    if unlocked:
+        text += (
+            f"; {len(unlocked)} unlocked (their CUDA builds are on an index not reachable when locking; "
+            f"their builds say they are not reproducible): {', '.join(unlocked)}"
+        )
+    return text + "."

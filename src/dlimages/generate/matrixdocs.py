@@ -1,0 +1,449 @@
+"""The matrix for people who look before they read: the table of docs/matrix.md and the driver tables of
+docs/provisioning.md, as text made from the expansion (render.py writes them and checks them for drift).
+
+Pure and deterministic: the same matrix, locks and documents give the same bytes, with nothing from the clock or the
+host. A generated block sits between two marker lines of its document (`<!-- NAME:begin -->`, `<!-- NAME:end -->`);
+everything outside them is the document's own.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dlimages.core.errors import InputError, Problem
+from dlimages.model import doctor
+from dlimages.model.cells import Cell, Exclusion, Expansion
+from dlimages.model.compat import Candidate, DriverRule
+from dlimages.model.spec import Matrix, version_key
+from dlimages.payload.dl_stack import FRAMEWORKS
+
+DOCS = "docs"  # every document with a generated block lives here; a tree without it (a test's copy) has none
+MATRIX_PAGE = f"{DOCS}/matrix.md"
+PROVISIONING = f"{DOCS}/provisioning.md"
+
+# What each Reason.rule of compat.judge means, in a line: the legend of the matrix page's exclusions.
+REASON_CODES: Mapping[str, str] = {
+    "cuda-build": "the release was not published for this CUDA version",
+    "python-wheel": "the release, or a package installed beside it, has no wheel for this Python",
+    "no-duplicate-cuda": "the release's wheels carry CUDA, so no devel flavor (its toolkit would ship them twice)",
+    "base-image": "nvidia/cuda has no base image for this CUDA on this Python's OS",
+    "cudnn": "the nvidia/cuda base carries an older cuDNN than the release needs",
+}
+UNKNOWN_CODE = "see `invoke matrix --explain`"
+MINOR_VERSION_DOC = "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html"
+
+
+@dataclass(frozen=True)
+class ExampleNode:
+    """A GPU node the provisioning guide judges with the doctor, as `invoke doctor --gpu --driver --brand` would."""
+
+    name: str
+    gpu: str
+    driver: str
+    brand: str
+
+    @property
+    def flags(self) -> str:
+        return f"--gpu {self.gpu} --driver {self.driver} --brand {self.brand}"
+
+
+# Nodes platform teams run, old and new: each shows one way of running (or not) that the doctor knows.
+EXAMPLE_NODES = (
+    ExampleNode("H100 / H200 (data-center), R535", "sm_90", "535.104.05", "nvidia"),
+    ExampleNode("A100 (data-center), R470 long-term branch", "sm_80", "470.82.01", "nvidia"),
+    ExampleNode("T4 (data-center), R450", "sm_75", "450.80.02", "tesla"),
+    ExampleNode("V100 (data-center), R418", "sm_70", "418.87.01", "tesla"),
+    ExampleNode("GeForce RTX 3090, R470", "sm_86", "470.82.01", "geforcertx"),
+    ExampleNode("GeForce RTX 4090, R525", "sm_89", "525.60.13", "geforcertx"),
+)
+
+
+@dataclass(frozen=True)
+class Block:
+    """Generated text for the part of `document` between the lines `begin` and `end`."""
+
+    document: str
+    name: str
+    text: str
+
+    @property
+    def begin(self) -> str:
+        return f"<!-- {self.name}:begin -->"
+
+    @property
+    def end(self) -> str:
+        return f"<!-- {self.name}:end -->"
+
+    @property
+    def where(self) -> str:
+        return f"the block between `{self.begin}` and `{self.end}`"
+
+
+def blocks(matrix: Matrix, expansion: Expansion, locks: Mapping[str, str]) -> list[Block]:
+    """Every generated block, by document; `locks`: each cell's lock status by slug (lock.lock_state)."""
+    return [
+        Block(MATRIX_PAGE, "matrix", matrix_table(matrix, expansion, locks)),
+        Block(PROVISIONING, "drivers", driver_tables(matrix, expansion)),
+        Block(PROVISIONING, "nodes", example_nodes(expansion)),
+    ]
+
+
+def splice(text: str, block: Block) -> str:
+    """The document's text with the block's text between its markers; InputError naming the document when the
+    markers are not there exactly once each, begin before end. Line endings outside the block are kept."""
+    lines = text.splitlines(keepends=True)
+    begins = [i for i, line in enumerate(lines) if line.rstrip("\r\n") == block.begin]
+    ends = [i for i, line in enumerate(lines) if line.rstrip("\r\n") == block.end]
+    if len(begins) != 1 or len(ends) != 1 or begins[0] > ends[0]:
+        found = f"found {len(begins)} `{block.begin}` and {len(ends)} `{block.end}`"
+        raise InputError(
+            [
+                Problem(
+                    block.document,
+                    f"needs the line `{block.begin}`, then the line `{block.end}`, once each ({found}): "
+                    f"`invoke render` writes the {block.name} block between them",
+                )
+            ]
+        )
+    return "".join(lines[: begins[0] + 1]) + block.text + "".join(lines[ends[0] :])
+
+
+def generated_note(what: str = "this block") -> str:
+    return f"<!-- {what} is generated from matrix.yaml by `invoke render`: edit matrix.yaml, not this -->\n"
+
+
+# --- shared views of the expansion ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Point:
+    """Everything the expansion says about one (framework, version, CUDA, Python): its cells and exclusions."""
+
+    cells: tuple[Cell, ...]
+    excluded: tuple[Exclusion, ...]
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        """The rules that exclude every flavor here (PyTorch on Python 3.11: python-wheel, not also the
+        no-duplicate-cuda of its devel flavor); every rule when no one rule excludes them all."""
+        rules = [{reason.rule for reason in exclusion.reasons} for exclusion in self.excluded]
+        common = set.intersection(*rules) if rules else set()
+        return tuple(sorted(common or set().union(*rules)))
+
+
+def _points(expansion: Expansion) -> Callable[[str, str, str, str], _Point]:
+    cells: dict[tuple[str, str, str, str], list[Cell]] = {}
+    excluded: dict[tuple[str, str, str, str], list[Exclusion]] = {}
+    for cell in expansion.cells:
+        cells.setdefault((cell.framework, cell.framework_version, cell.cuda, cell.python), []).append(cell)
+    for exclusion in expansion.excluded:
+        c = exclusion.candidate
+        excluded.setdefault((c.framework, c.version, c.cuda, c.python), []).append(exclusion)
+
+    def point(framework: str, version: str, cuda: str, python: str) -> _Point:
+        key = (framework, version, cuda, python)
+        return _Point(tuple(cells.get(key, ())), tuple(excluded.get(key, ())))
+
+    return point
+
+
+def _built_for(matrix: Matrix, framework: str, cuda: str) -> list[str]:
+    """The framework's releases published for this CUDA (whatever the rules then say about Python and flavor)."""
+    releases = matrix.frameworks[framework].releases
+    return [v for v in sorted(releases, key=version_key) if cuda in releases[v].variants]
+
+
+def _title(framework: str) -> str:
+    return FRAMEWORKS[framework].title
+
+
+def _flavors(cells: Iterable[Cell], matrix: Matrix) -> str:
+    have = {cell.flavor for cell in cells}
+    return ", ".join(flavor for flavor in matrix.axes.flavor if flavor in have)
+
+
+def _md(text: str) -> str:
+    """Text for a Markdown table cell."""
+    return text.replace("|", "\\|")
+
+
+def _link(url: str, label: str) -> str:
+    return f"[{label}]({url})" if url.startswith(("https://", "http://")) else url
+
+
+def _versions_of(cells: Sequence[Cell], *, cuda: bool = True) -> str:
+    """PyTorch 2.1.2, 2.2.2 + CUDA 12.1; TensorFlow 2.14.1 + CUDA 11.8: releases grouped by framework and CUDA
+    (without "+ CUDA X" when `cuda` is False, for cells of one CUDA)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for cell in cells:
+        versions = groups.setdefault((cell.framework, cell.cuda), [])
+        if cell.framework_version not in versions:
+            versions.append(cell.framework_version)
+    return "; ".join(
+        f"{_title(framework)} {', '.join(sorted(versions, key=version_key))}" + (f" + CUDA {on}" if cuda else "")
+        for (framework, on), versions in groups.items()
+    )
+
+
+# --- docs/matrix.md: the table -------------------------------------------------------------------------------
+
+
+def _cuda_libraries(cell: Cell) -> str:
+    if cell.cuda_source == "wheel":
+        wheels = f"wheels `+{cell.install.variant_tag}`" if cell.install.variant_tag else "PyPI's wheels"
+        return f"{wheels}, cuDNN {cell.cudnn}"
+    suffix = f"-{cell.flavor}-{cell.os}"
+    base = cell.base_image.removesuffix(suffix) + "-*" if cell.base_image.endswith(suffix) else cell.base_image
+    return f"base `{base}`, cuDNN {cell.cudnn}"
+
+
+def _lock_text(cells: Sequence[Cell], locks: Mapping[str, str], matrix: Matrix) -> str:
+    by_status: dict[str, list[str]] = {}
+    for cell in cells:
+        pythons = by_status.setdefault(locks.get(cell.slug, "unlocked"), [])
+        if cell.python not in pythons:
+            pythons.append(cell.python)
+    if len(by_status) == 1:
+        return next(iter(by_status))
+    order = matrix.axes.python
+    return "; ".join(
+        f"{status}: {', '.join(sorted(pythons, key=order.index))}" for status, pythons in sorted(by_status.items())
+    )
+
+
+def matrix_table(matrix: Matrix, expansion: Expansion, locks: Mapping[str, str]) -> str:
+    """The matrix page's block: releases by CUDA by Python with each valid cell's flavors, CUDA libraries, base and
+    lock, then every excluded combination, grouped by release and reason (in a <details>)."""
+    point = _points(expansion)
+    pythons = matrix.axes.python
+    counts = ", ".join(
+        f"{_title(framework)} {sum(1 for c in expansion.cells if c.framework == framework)}"
+        for framework in matrix.frameworks
+    )
+    total = len(expansion.cells) + len(expansion.excluded)
+    locked = sum(1 for cell in expansion.cells if locks.get(cell.slug) == "locked")
+    wheel_bases = {c.python: c.base_image for c in expansion.cells if c.cuda_source == "wheel"}
+    lines = [
+        generated_note(),
+        f"**{len(expansion.cells)} valid cells** ({counts}) of the {total} combinations the axes allow; "
+        f"{locked} are locked (`invoke lock`). Each row is a release on one CUDA; each Python column gives the "
+        "flavors built, or ✗ and the code of the rule that excludes it (legend below). Cells whose CUDA comes from "
+        "wheels start from their Python's OS image: "
+        + ", ".join(f"{python} `{wheel_bases[python]}`" for python in pythons if python in wheel_bases)
+        + "; the others from the `nvidia/cuda` base named, with the flavor and OS for `*`.",
+        "",
+        "| release | CUDA | " + " | ".join(f"Python {p}" for p in pythons) + " | CUDA libraries | lock |",
+        "| --- | --- | " + " | ".join("---" for _ in pythons) + " | --- | --- |",
+    ]
+    for framework in matrix.frameworks:
+        for cuda in matrix.axes.cuda:
+            rows: list[tuple[list[str], tuple[str, ...]]] = []
+            for version in _built_for(matrix, framework, cuda):
+                points = [point(framework, version, cuda, python) for python in pythons]
+                cells = [cell for p in points for cell in p.cells]
+                entries = tuple(
+                    _flavors(p.cells, matrix) if p.cells else "✗ " + ", ".join(f"`{code}`" for code in p.codes)
+                    for p in points
+                )
+                details = (
+                    " / ".join(dict.fromkeys(_cuda_libraries(cell) for cell in cells)) if cells else "none built",
+                    _lock_text(cells, locks, matrix) if cells else "",
+                )
+                key = (*entries, *details)
+                if rows and rows[-1][1] == key:
+                    rows[-1][0].append(version)  # the same row but for the version: one row, several versions
+                else:
+                    rows.append(([version], key))
+            for versions, key in rows:
+                release = f"{_title(framework)} {', '.join(versions)}"
+                lines.append(f"| {release} | {cuda} | " + " | ".join(_md(value) for value in key) + " |")
+    lines += ["", *_exclusions_details(matrix, expansion)]
+    return "\n".join(lines) + "\n"
+
+
+def _exclusions_details(matrix: Matrix, expansion: Expansion) -> list[str]:
+    groups: dict[tuple[str, str, str], list[Exclusion]] = {}
+    for exclusion in expansion.excluded:
+        c = exclusion.candidate
+        for reason in exclusion.reasons:
+            groups.setdefault((c.framework, c.version, reason.rule), []).append(exclusion)
+    codes = sorted({rule for _, _, rule in groups})
+    lines = [
+        f"<details><summary>The {len(expansion.excluded)} excluded combinations, by release and rule "
+        "(<code>invoke matrix --explain</code> lists each one)</summary>",
+        "",
+        "| release | excluded | code | reason |",
+        "| --- | --- | --- | --- |",
+    ]
+    order = {framework: index for index, framework in enumerate(matrix.frameworks)}
+    for (framework, version, rule), exclusions in sorted(
+        groups.items(), key=lambda item: (order[item[0][0]], version_key(item[0][1]), item[0][2])
+    ):
+        reasons = [r for e in exclusions for r in e.reasons if r.rule == rule]
+        texts = _merged_texts([r.text for r in reasons])
+        sources = list(dict.fromkeys(r.source for r in reasons))
+        cited = ", ".join(_link(url, "source") for url in sources)
+        where = "; ".join(_describe(matrix, [e.candidate for e in exclusions]))
+        lines.append(f"| {_title(framework)} {version} | {_md(where)} | `{rule}` | {_md(texts)} ({cited}) |")
+    lines += ["", "Codes: " + "; ".join(f"`{code}`: {REASON_CODES.get(code, UNKNOWN_CODE)}" for code in codes) + "."]
+    lines += ["", "</details>"]
+    return lines
+
+
+def _merged_texts(texts: Sequence[str]) -> str:
+    """The reasons' texts once each; texts that differ only in what follows their last ", not " are merged into one
+    ("... for CUDA 11.0, not 11.6, 11.8")."""
+    unique = list(dict.fromkeys(texts))
+    heads = {text.rpartition(", not ")[0] for text in unique}
+    if len(unique) > 1 and len(heads) == 1 and all(", not " in text for text in unique):
+        head = heads.pop()
+        return f"{head}, not " + ", ".join(text.rpartition(", not ")[2] for text in unique)
+    return "; ".join(unique)
+
+
+def _describe(matrix: Matrix, candidates: Sequence[Candidate]) -> list[str]:
+    """The candidates of one release as axis values, e.g. ["CUDA 11.8, 12.1 · devel"]; an axis taking every value
+    is left out. A set that is not a product of its axes' values is described CUDA by CUDA."""
+    axes: tuple[tuple[str, list[str], Callable[[Candidate], str]], ...] = (
+        ("CUDA ", matrix.axes.cuda, lambda c: c.cuda),
+        ("Python ", matrix.axes.python, lambda c: c.python),
+        ("", matrix.axes.flavor, lambda c: c.flavor),
+    )
+    values = [[v for v in allowed if any(get(c) == v for c in candidates)] for _, allowed, get in axes]
+    keys = {(c.cuda, c.python, c.flavor) for c in candidates}
+    if keys == set(itertools.product(*values)):
+        parts = [
+            f"{label}{', '.join(found)}"
+            for (label, allowed, _), found in zip(axes, values, strict=True)
+            if len(found) < len(allowed)
+        ]
+        return [" · ".join(parts) or "every combination"]
+    return [
+        description
+        for cuda in values[0]
+        for description in _describe(matrix, [c for c in candidates if c.cuda == cuda])
+    ]
+
+
+# --- docs/provisioning.md: driver floors and example nodes ------------------------------------------------------
+
+
+def driver_tables(matrix: Matrix, expansion: Expansion) -> str:
+    """Driver floors per CUDA, then the driver rule of each group of images: from matrix.yaml through each cell's
+    compat.DriverRule, the rule its NVIDIA_REQUIRE_CUDA, labels and the doctor share."""
+    lines = [
+        generated_note(),
+        "| CUDA | toolkit | its own driver: any GPU, every feature | minor-version floor: any GPU, no PTX JIT "
+        "| older branches for data-center GPUs (forward compatibility) | images | sources |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for cuda in matrix.axes.cuda:
+        toolkit = matrix.cuda[cuda]
+        cells = [cell for cell in expansion.cells if cell.cuda == cuda]
+        wheels = [cell for cell in cells if cell.cuda_source == "wheel"]
+        bases = [cell for cell in cells if cell.cuda_source != "wheel"]
+        if toolkit.compat_driver == toolkit.min_driver:
+            floor = "none: its own driver"
+        else:
+            floor = f"{toolkit.compat_driver}" + ("" if wheels else " (no image here uses it)")
+        branches = sorted({b for cell in bases for b in cell.driver.forward_compat_branches}, key=int)
+        forward = ", ".join(f"R{branch}" for branch in branches) if branches else "none"
+        if not bases:
+            forward += " (no image here is on `nvidia/cuda`)"
+        images = "; ".join(
+            part
+            for part in (
+                f"wheels: {_versions_of(wheels, cuda=False)}" if wheels else "",
+                f"`nvidia/cuda`: {_versions_of(bases, cuda=False)}" if bases else "",
+            )
+            if part
+        )
+        sources = [_link(toolkit.source, "release notes")]
+        if toolkit.compat_driver != toolkit.min_driver:
+            sources.append(_link(MINOR_VERSION_DOC, "minor-version"))
+        base_images = matrix.nvidia_cuda.toolkits.get(cuda)
+        if bases and base_images is not None and base_images.require_source:
+            sources.append(_link(base_images.require_source, "base Dockerfile"))
+        lines.append(
+            f"| {cuda} | {toolkit.toolkit} | {toolkit.min_driver} | {floor} | {forward} | {_md(images or 'none')} "
+            f"| {', '.join(sources)} |"
+        )
+    lines += [
+        "",
+        "Each image's rule, as its `NVIDIA_REQUIRE_CUDA` and `io.dlimages.*-driver` labels carry it and "
+        "`invoke doctor` evaluates it:",
+        "",
+        "| images | CUDA from | `NVIDIA_REQUIRE_CUDA` | runs on |",
+        "| --- | --- | --- | --- |",
+    ]
+    rules: dict[tuple[DriverRule, str], list[Cell]] = {}
+    for cell in expansion.cells:
+        rules.setdefault((cell.driver, cell.cuda_source), []).append(cell)
+    for (rule, source), cells in sorted(
+        rules.items(), key=lambda item: (matrix.axes.cuda.index(item[0][0].cuda), item[0][1] != "wheel")
+    ):
+        lines.append(f"| {_versions_of(cells)} | {_source_text(source)} | {_require_text(matrix, rule, source)} "
+                     f"| {_runs_on(rule)} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _source_text(source: str) -> str:
+    return "the framework's wheels" if source == "wheel" else "the `nvidia/cuda` base"
+
+
+def _require_text(matrix: Matrix, rule: DriverRule, source: str) -> str:
+    if source == "wheel":
+        return f"`{rule.require_cuda}` (ours)"
+    admitted = doctor.admitted_branches(rule.require_cuda)
+    images = matrix.nvidia_cuda.toolkits.get(rule.cuda)
+    where = _link(images.require_source, "NVIDIA's") if images and images.require_source else "NVIDIA's"
+    first = rule.require_cuda.split(" ")[0]
+    return (f"`{first}` or branch {admitted}" if admitted else f"`{first}`") + f" ({where})"
+
+
+def _runs_on(rule: DriverRule) -> str:
+    parts = [f"driver ≥ {rule.toolkit_driver}: any GPU"]
+    if rule.cuda_compat is None and rule.compat_driver != rule.toolkit_driver:
+        gpus = (
+            f"GPUs below sm_{rule.jit_from.replace('.', '')} (newer ones need PTX JIT)" if rule.jit_from else "any GPU"
+        )
+        parts.append(f"≥ {rule.compat_driver}: {gpus}, minor-version compatibility")
+    branches = rule.forward_compat_branches
+    if branches:
+        parts.append(f"R{', R'.join(branches)}: data-center GPUs only, forward compatibility")
+    return "; ".join(parts)
+
+
+def example_nodes(expansion: Expansion) -> str:
+    """What the doctor says about EXAMPLE_NODES: how many images run, how, and which do not and why."""
+    lines = [
+        generated_note(),
+        f"| node | `invoke doctor ...` | runs (of {len(expansion.cells)}) | does not run |",
+        "| --- | --- | --- | --- |",
+    ]
+    for example in EXAMPLE_NODES:
+        node = doctor.node_from_flags(example.gpu, example.driver, _no_probe, example.brand)
+        runs: dict[str, int] = {}
+        causes: dict[str, list[Cell]] = {}
+        for cell in expansion.cells:
+            verdict = doctor.verdict(cell, node)
+            if verdict.runs:
+                path = verdict.runs_through or "?"
+                runs[path] = runs.get(path, 0) + 1
+            elif doctor.kernels_for(cell, example.gpu) is None:
+                causes.setdefault(f"no kernels for {example.gpu}", []).append(cell)
+            elif verdict.needs_driver:
+                causes.setdefault(f"needs driver ≥ {verdict.needs_driver}", []).append(cell)
+            else:
+                causes.setdefault("; ".join(verdict.reasons), []).append(cell)
+        how = ", ".join(f"{runs[path]} {path}" for path in doctor.PATHS if path in runs)
+        not_run = "; ".join(f"{cause} ({len(cells)}): {_versions_of(cells)}" for cause, cells in causes.items())
+        lines.append(f"| {example.name} | `{example.flags}` | {sum(runs.values())} ({how or 'none'}) "
+                     f"| {_md(not_run or 'none')} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _no_probe() -> doctor.Node:
+    raise AssertionError("example nodes are given by flags; nothing is probed")  # pragma: no cover

@@ -1,0 +1,587 @@
+"""Render every cell's Dockerfile (and the assets images copy) into images/, deterministically, and the docs made
+from the matrix (docs/matrix.md's table, docs/provisioning.md's driver tables: text from matrixdocs).
+
+Everything is rendered in memory and checked (each Dockerfile holds only the instructions the templates write)
+before anything is written. Then each file that differs is replaced whole, in place: images/ itself is never moved,
+and what render does not write (the locks, anything put there by hand) is never rewritten, moved or removed.
+Renders take turns on a lock in .work/, so two never interleave.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from dlimages.core.errors import InputError, Problem, allowed_list
+from dlimages.core.files import stage, turn
+from dlimages.core.grammar import reference_problem
+from dlimages.generate.lock import LOCK_FILES, install_flags, lock_state
+from dlimages.generate.matrixdocs import DOCS, Block, blocks, splice
+from dlimages.model.cells import Cell, Expansion
+from dlimages.model.selection import flags_for
+from dlimages.model.spec import MATRIX_FILE, Matrix
+
+IMAGES_DIR = "images"
+TEMPLATES_DIR = "templates"
+ASSETS = "assets"  # images/assets/: what every image copies, all of it rendered
+CELL_FILES = ("Dockerfile", "cell.json")  # what render writes into a cell's folder, beside the cell's locks
+BASES_LOCK = f"{IMAGES_DIR}/bases.lock.json"  # written by `invoke bases --lock` (baselock.py)
+RENDER_LOCK = ".work/render.lock"  # in the folder git ignores: renders take turns on it (`rendering`)
+STAGED = ".render.tmp"  # a file render wrote beside its target, not yet renamed over it; only render makes these
+EXECUTABLE = 0o755
+REGULAR = 0o644
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GeneratedFile:
+    path: str  # relative to the repo root
+    content: bytes
+    mode: int = REGULAR
+    part: str = ""  # what of the file is generated, for messages ("the block between ..."); empty: all of it
+
+
+def _assets(root: Path) -> list[GeneratedFile]:
+    """Files every image copies: the templates' assets and the in-image commands from the package."""
+    source = root / TEMPLATES_DIR / "assets"
+    if not source.is_dir():
+        where = f"{TEMPLATES_DIR}/assets"
+        raise InputError(
+            [Problem(where, "missing: the folder of files every image copies (dl-entrypoint, zshrc, ...)")]
+        )
+    try:
+        files = [
+            GeneratedFile(
+                f"{IMAGES_DIR}/{ASSETS}/{path.name}",
+                path.read_bytes(),
+                EXECUTABLE if os.access(path, os.X_OK) else REGULAR,
+            )
+            for path in sorted(source.iterdir())
+            if path.is_file()
+        ]
+    except OSError as error:
+        raise InputError([Problem(_shown(root, error.filename), f"cannot read: {error.strerror}")]) from None
+    payload = resources.files("dlimages") / "payload"
+    for command, module in (("dl-smoke", "dl_smoke.py"), ("dl-bench", "dl_bench.py")):
+        script = payload / module
+        if script.is_file():
+            files.append(GeneratedFile(f"{IMAGES_DIR}/{ASSETS}/{command}", script.read_bytes(), EXECUTABLE))
+    # What both commands import; beside them in /usr/local/bin, the first place a script's imports look.
+    shared = payload / "dl_stack.py"
+    files.append(GeneratedFile(f"{IMAGES_DIR}/{ASSETS}/dl_stack.py", shared.read_bytes(), REGULAR))
+    return files
+
+
+def environment(root: Path) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(root / TEMPLATES_DIR),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - Dockerfiles, not HTML
+    )
+
+
+def check_partials(root: Path, matrix: Matrix) -> None:
+    available = sorted(p.stem for p in (root / TEMPLATES_DIR / "partials").glob("*.j2"))
+    problems = [
+        Problem(f"{MATRIX_FILE}: partials[{i}]", f"no template templates/partials/{name}.j2", allowed_list(available))
+        for i, name in enumerate(matrix.partials)
+        if name not in available
+    ]
+    if problems:
+        raise InputError(problems)
+
+
+def render_cell(env: jinja2.Environment, matrix: Matrix, cell: Cell, *, locked: bool = False) -> str:
+    """The cell's Dockerfile; `locked`: its packages install from the lock beside it (lock.py), not by resolving."""
+    template = env.get_template("Dockerfile.j2")
+    text = template.render(
+        cell=cell,
+        cell_json=cell.as_json(),
+        cell_dir=f"{cell.framework}/{cell.slug}",  # in the build context, images/
+        locked=locked,
+        install_flags=install_flags(cell.install.source_builds),
+        build_flags=flags_for(cell),
+        partials=matrix.partials,
+        apt_packages=sorted(matrix.packages.apt),
+        pip_version=matrix.packages.pip,
+    )
+    # Blank-line runs come from template control flow, not meaning: collapse them for stable output.
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.strip() or (lines and lines[-1].strip()):
+            lines.append(line.rstrip())
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_tree(root: Path, matrix: Matrix, expansion: Expansion) -> list[GeneratedFile]:
+    """Everything under images/, in memory, so nothing is written unless all of it rendered and passed
+    `dockerfile_problems`."""
+    check_partials(root, matrix)
+    env = environment(root)
+    files = _assets(root)
+    problems: list[Problem] = []
+    for cell in expansion.cells:
+        base = f"{IMAGES_DIR}/{cell.framework}/{cell.slug}"
+        # Locks are written by `invoke lock`, never by render; they decide how pip installs.
+        locked = lock_state(root, cell, matrix.packages.pip).locked
+        try:
+            dockerfile = render_cell(env, matrix, cell, locked=locked)
+        except jinja2.TemplateError as error:
+            where = f"{TEMPLATES_DIR}/{getattr(error, 'name', None) or 'Dockerfile.j2'}"
+            line = getattr(error, "lineno", None)
+            raise InputError(
+                [Problem(f"{where}:{line}" if line else where, f"{error} (rendering {cell.slug})")]
+            ) from None
+        except UnicodeDecodeError as error:
+            raise InputError([Problem(_not_utf8(root), f"not UTF-8 text ({error.reason})")]) from None
+        except OSError as error:
+            raise InputError([Problem(_shown(root, error.filename), f"cannot read: {error.strerror}")]) from None
+        problems += dockerfile_problems(f"{base}/Dockerfile", dockerfile, cell)
+        files.append(GeneratedFile(f"{base}/Dockerfile", dockerfile.encode()))
+        files.append(
+            GeneratedFile(f"{base}/cell.json", (json.dumps(cell.as_json(), indent=2, sort_keys=True) + "\n").encode())
+        )
+    if problems:
+        raise InputError(
+            problems, heading="Rendered Dockerfiles hold what the templates must never write; nothing was written:"
+        )
+    return sorted(files, key=lambda f: f.path)
+
+
+# --- What a rendered Dockerfile may hold ----------------------------------------------------------------------
+
+GENERATED_HEADER = "# Generated by dlimages from matrix.yaml and templates/: do not edit; run `invoke render` instead."
+# The instructions the templates write. Not ADD (it fetches URLs), ONBUILD, VOLUME, HEALTHCHECK, STOPSIGNAL, ...
+ALLOWED_INSTRUCTIONS = ("ARG", "FROM", "SHELL", "ENV", "RUN", "USER", "WORKDIR", "COPY", "EXPOSE", "LABEL",
+                        "ENTRYPOINT", "CMD")  # fmt: skip
+FROM_LINE = "FROM ${BASE_IMAGE}"
+USER_LINE = "USER 1000:1000"
+SHELL_LINE = 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]'
+# RUN may mount a cache, a BuildKit secret, a tmpfs, or one file of the build context under /mnt; nothing else (no
+# --network, --security, ssh mounts, binds from other images or stages, writable binds).
+_RUN_FLAG = re.compile(
+    r"--mount=type=(?:cache|secret),(?:(?!from=)[A-Za-z0-9_=/.,-])+"
+    r"|--mount=type=tmpfs,target=/[A-Za-z0-9_/.-]+"
+    r"|--mount=type=bind,source=(?!/)(?!.*\.\.)[A-Za-z0-9_/.-]+,target=/mnt/[A-Za-z0-9_.-]+"
+)
+_COPY_FLAG = re.compile(r"--chown=[a-z0-9_-]+:[a-z0-9_-]+")
+_HEREDOC = re.compile(r"<<-?\s*[\"']?[A-Za-z_]")
+
+
+def dockerfile_problems(path: str, text: str, cell: Cell) -> list[Problem]:
+    """What in a rendered Dockerfile the templates never write, one Problem per line: a second FROM (or `AS`),
+    a user other than 1000:1000, an instruction or flag that fetches, mounts or runs anything else, a parser
+    directive, text outside printable ASCII. Run on every render, so a value or a template edit that slips past
+    validation cannot reach a build."""
+    problems: list[Problem] = []
+
+    def problem(line: int, message: str, allowed: str = "") -> None:
+        problems.append(Problem(f"{path}:{line}", message, allowed))
+
+    lines = text.splitlines()
+    if not lines or lines[0] != GENERATED_HEADER:
+        problem(
+            1, "does not start with the generated header (a parser directive such as `# syntax=` may not come first)"
+        )
+    for number, line in enumerate(lines, start=1):
+        if not (line.isascii() and line.isprintable()):
+            problem(number, "has characters outside printable ASCII")
+    froms = users = 0
+    for number, instruction in _instructions(lines):
+        keyword, _, rest = instruction.partition(" ")
+        if keyword not in ALLOWED_INSTRUCTIONS:
+            problem(
+                number,
+                f"instruction {keyword[:20]!r} is not one the templates write",
+                allowed_list(ALLOWED_INSTRUCTIONS),
+            )
+            continue
+        if froms == 0 and keyword != "FROM":
+            if instruction != f"ARG BASE_IMAGE={cell.base_image}" or reference_problem(cell.base_image):
+                problem(number, "only `ARG BASE_IMAGE=<image reference>` may come before FROM")
+        elif keyword == "FROM":
+            froms += 1
+            if instruction != FROM_LINE or froms > 1:
+                problem(number, "a second FROM, or a FROM other than the one the templates write", FROM_LINE)
+        elif keyword == "USER":
+            users += 1
+            if instruction != USER_LINE:
+                problem(number, "switches to a user other than the image's own", USER_LINE)
+        elif keyword == "SHELL" and instruction != SHELL_LINE:
+            problem(number, "sets another shell", SHELL_LINE)
+        elif keyword in ("RUN", "COPY"):
+            flag = _RUN_FLAG if keyword == "RUN" else _COPY_FLAG
+            words = rest.split()
+            for word in words:
+                if not word.startswith("--"):
+                    break
+                if not flag.fullmatch(word):
+                    problem(number, f"{keyword} with the flag {word[:80]!r}, which the templates never use")
+            if _HEREDOC.search(rest):
+                problem(number, f"{keyword} with a here-document, which the templates never use")
+    if froms == 0:
+        problem(len(lines), "has no FROM", FROM_LINE)
+    if users == 0:
+        problem(len(lines), "never switches to the image's own user: the image would run as root", USER_LINE)
+    return problems
+
+
+def _instructions(lines: list[str]) -> list[tuple[int, str]]:
+    """Each instruction with its first line number, continuation lines joined, comments and blank lines dropped."""
+    result: list[tuple[int, str]] = []
+    current, start = "", 0
+    for number, line in enumerate(lines, start=1):
+        if line.lstrip().startswith("#") or not line.strip():
+            continue  # Docker drops comment lines inside an instruction too
+        if not current:
+            start = number
+        if line.endswith("\\"):
+            current += line[:-1] + " "
+        else:
+            result.append((start, " ".join((current + line).split())))
+            current = ""
+    if current:
+        result.append((start, " ".join(current.split())))
+    return result
+
+
+# --- images/ and the docs on disk ------------------------------------------------------------------------------
+
+
+@contextmanager
+def rendering(root: Path, *, writing: bool = True) -> Iterator[None]:
+    """Renders of one repository take turns: one that writes holds .work/render.lock alone and checks share it, so
+    none reads or writes a tree another is part-way through; a later one waits, saying so. A check where the lock
+    cannot be made (a read-only checkout) goes ahead without it: it writes nothing."""
+    held = ExitStack()
+    try:
+        held.enter_context(turn(root / RENDER_LOCK, shared=not writing, on_wait=_say_waiting))
+    except OSError as error:
+        if writing:
+            raise InputError([Problem(RENDER_LOCK, f"cannot lock: {error.strerror or error}")]) from None
+    with held:
+        yield
+
+
+def _say_waiting() -> None:
+    log.info("waiting for another render of this repository to finish (it holds %s) ...", RENDER_LOCK)
+
+
+def _existing(root: Path) -> dict[str, Path]:
+    images = root / IMAGES_DIR
+    if not images.is_dir():
+        return {}
+    return {str(p.relative_to(root)): p for p in sorted(images.rglob("*")) if p.is_file()}
+
+
+def _written_by_render(path: str) -> bool:
+    """Whether `path` (under images/, from the root) is where render writes, so a file it may remove: an asset, or
+    a cell's Dockerfile or cell.json. Locks, and anything else, are not render's."""
+    parts = Path(path).parts
+    if len(parts) == 3:
+        return parts[1] == ASSETS
+    return len(parts) == 4 and parts[1] != ASSETS and parts[3] in CELL_FILES
+
+
+def _extra(root: Path, files: list[GeneratedFile]) -> tuple[list[str], list[Problem]]:
+    """Files under images/ that no cell wants: those render wrote (it removes them), and the rest, each with why
+    render keeps it (a lock of a cell that left the matrix, a file put there by hand)."""
+    wanted = {f.path for f in files}
+    cells = {str(Path(f.path).parent) for f in files if Path(f.path).name == CELL_FILES[0]}
+    removable: list[str] = []
+    kept: list[Problem] = []
+    for path in _existing(root):
+        folder, name = str(Path(path).parent), Path(path).name
+        if path in wanted or path == BASES_LOCK or (name in LOCK_FILES and folder in cells):
+            continue
+        if name.startswith(".") and name.endswith(STAGED):
+            kept.append(Problem(path, "left by a render that was stopped part-way; run `invoke render`"))
+        elif _written_by_render(path):
+            removable.append(path)
+        elif name in LOCK_FILES:
+            kept.append(
+                Problem(
+                    path,
+                    "a lock of no cell in matrix.yaml; render never removes a lock: delete it by hand if the cell "
+                    "left the matrix for good",
+                )
+            )
+        else:
+            kept.append(Problem(path, "not written by render and used by no cell; render never removes it"))
+    return removable, kept
+
+
+def _obstacles(root: Path, files: list[GeneratedFile]) -> list[Problem]:
+    """What stands where render writes: a file or a link where it makes a folder, a folder where it writes a file.
+    Render removes only files it wrote, so it names these instead."""
+    problems: dict[str, Problem] = {}
+    for generated in files:
+        parts = Path(generated.path).parts
+        for depth in range(1, len(parts)):
+            folder = root.joinpath(*parts[:depth])
+            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+                where = "/".join(parts[:depth])
+                problems[where] = Problem(where, "a file or a link where render writes a folder; move it away")
+                break
+        else:
+            target = root / generated.path
+            if target.is_dir() and not target.is_symlink():
+                problems[generated.path] = Problem(generated.path, "a folder where render writes a file; move it away")
+    return list(problems.values())
+
+
+def _remove_staged(root: Path, files: list[GeneratedFile]) -> None:
+    """Remove what a render stopped part-way staged and never renamed. Only render stages files with this suffix,
+    and renders take turns, so none of them is in use; one that cannot be removed harms nothing (a check names
+    it)."""
+    pattern = f".*{STAGED}"
+    images = root / IMAGES_DIR
+    leftovers = set(images.rglob(pattern)) if images.is_dir() else set()
+    for folder in {(root / f.path).parent for f in files}:
+        if folder.is_dir():
+            leftovers.update(folder.glob(pattern))
+    for path in leftovers:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
+def _same(target: Path, generated: GeneratedFile) -> bool:
+    return target.is_file() and target.read_bytes() == generated.content and _mode(target) == generated.mode
+
+
+def _replace(root: Path, files: list[GeneratedFile], *, where: str = "") -> list[str]:
+    """Write each file that differs from what is there ("wrote X"), whole: every one is staged (written beside its
+    target and synced) first, and only then is each renamed over its target. A failure puts back what was replaced
+    and raises InputError naming `where` (or the file) and the file being written."""
+    differing: list[GeneratedFile] = []
+    staged: list[tuple[Path, Path]] = []  # (the new file, its target)
+    made: list[Path] = []  # folders made for new files, removed again after a failure
+    replaced: list[tuple[Path, tuple[bytes, int] | None]] = []  # (target, its old content and mode, or None)
+    current = root
+    try:
+        differing = [generated for generated in files if not _same(root / generated.path, generated)]
+        for generated in differing:
+            current = root / generated.path
+            made += _make_folders(current.parent)
+            staged.append((stage(current, generated.content, generated.mode, suffix=STAGED), current))
+        for new, current in staged:
+            old = (current.read_bytes(), _mode(current)) if current.is_file() else None
+            os.replace(new, current)
+            replaced.append((current, old))
+    except OSError as error:
+        restored = _undo(staged, replaced, made)
+        outcome = (
+            "not written, left as it was" if restored else "partly written (the old content could not be put back)"
+        )
+        message, shown = f"{outcome}: {error.strerror or error}", _shown(root, current)
+        raise InputError([Problem(where, f"{message} ({shown})") if where else Problem(shown, message)]) from None
+    return [f"wrote {generated.path}" for generated in differing]
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Make `folder` and those above it that are missing; returns those made, outermost first."""
+    missing: list[Path] = []
+    while not folder.exists() and not folder.is_symlink():
+        missing.insert(0, folder)
+        folder = folder.parent
+    made: list[Path] = []
+    for path in missing:
+        path.mkdir()
+        made.append(path)
+    return made
+
+
+def _undo(
+    staged: list[tuple[Path, Path]], replaced: list[tuple[Path, tuple[bytes, int] | None]], made: list[Path]
+) -> bool:
+    """Put back what `_replace` replaced and remove what it staged and the folders it made; False where the old
+    content could not be put back (the next render writes it)."""
+    restored = True
+    for target, old in reversed(replaced):
+        try:
+            if old is None:
+                target.unlink()
+            else:
+                os.replace(stage(target, old[0], old[1], suffix=STAGED), target)
+        except OSError:
+            restored = False
+    for new, _ in staged:
+        try:
+            new.unlink(missing_ok=True)
+        except OSError:
+            pass  # a leftover the next render removes
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass  # not empty: something else is in it now
+    return restored
+
+
+def write_tree(root: Path, files: list[GeneratedFile]) -> list[str]:
+    """Bring images/ in line with the rendered files; returns what changed, e.g. "wrote X", "removed Y". Callers
+    hold `rendering`.
+
+    images/ is never moved, and what render does not write (locks, files put there by hand) is never rewritten,
+    moved or removed. Each file that differs is staged beside its target and, once all are, renamed over it; then
+    the files render wrote that no cell wants any more are removed. A failure while staging (a full disk), or a
+    rename that fails, leaves images/ as it was and InputError says what failed. A process killed at any point
+    leaves each file whole, old or new, and the next render finishes the job.
+    """
+    try:
+        obstacles = _obstacles(root, files)
+        if obstacles:
+            raise InputError(obstacles, heading="Render writes where these are; nothing was written:")
+        _remove_staged(root, files)
+        removable, kept = _extra(root, files)
+    except OSError as error:
+        where = _shown(root, error.filename) if error.filename else IMAGES_DIR
+        raise InputError([Problem(f"{IMAGES_DIR}/", f"cannot read: {error.strerror or error} ({where})")]) from None
+    changed = _replace(root, files, where=f"{IMAGES_DIR}/")
+    for path in removable:
+        try:
+            (root / path).unlink()
+            _remove_empty_folders(root, (root / path).parent)
+        except OSError as error:
+            raise InputError([Problem(path, f"not removed: {error.strerror or error}")]) from None
+        changed.append(f"removed {path}")
+    for problem in kept:
+        log.info("note: kept %s", problem)
+    return changed
+
+
+def _remove_empty_folders(root: Path, folder: Path) -> None:
+    """Remove `folder` and those above it inside images/ while they are empty (a cell that left the matrix)."""
+    images = root / IMAGES_DIR
+    while folder != images and folder.is_relative_to(images) and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+def _not_utf8(root: Path) -> str:
+    """The first template that is not UTF-8 (Jinja's error does not name it)."""
+    for path in sorted((root / TEMPLATES_DIR).rglob("*.j2")):
+        try:
+            path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            return _shown(root, path)
+    return TEMPLATES_DIR
+
+
+def _shown(root: Path, filename: object) -> str:
+    """A path for a message: relative to the repo root where it is inside it."""
+    path = Path(str(filename))
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def stale_files(root: Path, files: list[GeneratedFile]) -> list[Problem]:
+    """Differences between images/ and a fresh render: stale, hand-edited, missing or extra files (a lock no cell
+    uses among them; the locks of the matrix's cells are `invoke lock --check`'s to judge)."""
+    problems: list[Problem] = []
+    for generated in files:
+        target = root / generated.path
+        if not target.is_file():
+            problems.append(Problem(generated.path, "missing; run `invoke render`"))
+        elif target.read_bytes() != generated.content:
+            problems.append(
+                Problem(generated.path, "differs from its sources (stale or edited by hand); run `invoke render`")
+            )
+        elif _mode(target) != generated.mode:
+            problems.append(
+                Problem(generated.path, f"has mode {_mode(target):o}, expected {generated.mode:o}; run `invoke render`")
+            )
+    removable, kept = _extra(root, files)
+    problems += [Problem(path, "not generated by any cell; run `invoke render` to remove it") for path in removable]
+    return problems + kept
+
+
+def _mode(path: Path) -> int:
+    return EXECUTABLE if os.access(path, os.X_OK) else REGULAR
+
+
+# --- The docs made from the matrix: docs/matrix.md's table, docs/provisioning.md's driver tables -----------------
+
+
+def render_documents(root: Path, matrix: Matrix, expansion: Expansion) -> list[GeneratedFile]:
+    """The documents with their generated blocks in place, in memory (matrixdocs makes the text).
+
+    Only in a tree with a docs/ folder: the copies of the repo that tests make have none, and a document that holds
+    blocks is never created from nothing. Where docs/ is, every document a block goes in must hold its markers;
+    otherwise InputError names each document and nothing is written.
+    """
+    if not (root / DOCS).is_dir():
+        return []
+    locks = {cell.slug: lock_state(root, cell, matrix.packages.pip).status for cell in expansion.cells}
+    by_document: dict[str, list[Block]] = {}
+    for block in blocks(matrix, expansion, locks):
+        by_document.setdefault(block.document, []).append(block)
+    files: list[GeneratedFile] = []
+    problems: list[Problem] = []
+    for document, parts in by_document.items():
+        try:
+            text = (root / document).read_bytes().decode("utf-8")  # bytes: line endings outside blocks stay as they are
+        except FileNotFoundError:
+            names = ", ".join(f"`{block.begin}` ... `{block.end}`" for block in parts)
+            problems.append(Problem(document, f"missing: it holds the blocks {names} that `invoke render` writes"))
+            continue
+        except OSError as error:
+            problems.append(Problem(document, f"cannot read: {error.strerror}"))
+            continue
+        except UnicodeDecodeError as error:
+            problems.append(Problem(document, f"not UTF-8 text ({error.reason})"))
+            continue
+        try:
+            for block in parts:
+                text = splice(text, block)
+        except InputError as error:
+            problems += error.problems
+            continue
+        part = parts[0].where if len(parts) == 1 else "a block of " + ", ".join(f"`{block.begin}`" for block in parts)
+        files.append(GeneratedFile(document, text.encode(), part=part))
+    if problems:
+        raise InputError(
+            problems, heading="The docs generated from matrix.yaml have nowhere to go; nothing was written:"
+        )
+    return files
+
+
+def stale_documents(root: Path, files: list[GeneratedFile]) -> list[Problem]:
+    """Documents whose generated part differs from a fresh render (stale, or edited by hand), or that are missing."""
+    problems: list[Problem] = []
+    for generated in files:
+        target = root / generated.path
+        if not target.is_file():
+            problems.append(Problem(generated.path, "missing; run `invoke render`"))
+        elif target.read_bytes() != generated.content:
+            what = generated.part or "its content"
+            problems.append(
+                Problem(
+                    generated.path, f"{what} differs from matrix.yaml (stale or edited by hand); run `invoke render`"
+                )
+            )
+    return problems
+
+
+def write_documents(root: Path, files: list[GeneratedFile]) -> list[str]:
+    """Write the documents that differ ("wrote X" for each), each whole (staged beside it, then renamed over it);
+    on a failure every document is left as it was. Callers hold `rendering`."""
+    _remove_staged(root, files)
+    return _replace(root, files)

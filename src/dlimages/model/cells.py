@@ -1,0 +1,256 @@
+"""Expand the matrix into its valid cells, every fact resolved, and the excluded combinations with their reasons.
+
+Tags come from tags.py; choosing cells from command-line flags is selection.py's job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from dlimages.core import usage
+from dlimages.core.errors import InputError
+from dlimages.model import tags as tag_rules
+from dlimages.model.compat import Candidate, DriverRule, Reason, driver_rule, judge, os_for_python
+from dlimages.model.spec import Matrix, Variant, version_key
+
+
+@dataclass(frozen=True)
+class FrameworkInstall:
+    """How pip gets the framework: the requirement strings and where the CUDA build comes from."""
+
+    requirements: tuple[str, ...]
+    index_url: str | None  # PyTorch's own wheel index: the framework's wheels come from it alone (pip's --index-url)
+    find_links: str | None  # a find-links page holding the CUDA build (PyTorch's older releases)
+    variant_tag: str | None  # e.g. cu118: names the build on PyTorch's index and on mirrors of it
+    source_builds: tuple[str, ...] = ()  # requirements PyPI has only as source (matrix.yaml `source_builds`)
+
+    @property
+    def constraints(self) -> tuple[str, ...]:
+        """The requirements without extras, to hold the framework fixed while other packages install."""
+        return tuple(re.sub(r"\[[^]]*\]", "", requirement) for requirement in self.requirements)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One image the matrix publishes: every axis fixed, every fact resolved."""
+
+    image: str
+    release: str
+    framework: str
+    framework_version: str
+    cuda: str
+    cuda_toolkit: str
+    cudnn: str
+    python: str
+    flavor: str
+    os: str
+    os_family: str
+    os_codename: str
+    base_image: str
+    cuda_source: str  # "wheel": the framework's wheels carry CUDA; "base": the base image does
+    driver: DriverRule  # which NVIDIA drivers run the image: NVIDIA_REQUIRE_CUDA, the driver labels, the doctor
+    arch_sass: tuple[str, ...]
+    arch_ptx: tuple[str, ...]
+    install: FrameworkInstall
+    packages: tuple[tuple[str, str], ...]
+    bootstrap_base: bool
+    aliases: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    base_end_of_life: str | None = None  # NVIDIA's page listing the base's tags as unsupported, when it does
+
+    @property
+    def min_driver(self) -> str:
+        """The driver CUDA's own release ships with: the image runs on any GPU with it or newer."""
+        return self.driver.toolkit_driver
+
+    @property
+    def compat_driver(self) -> str:
+        """The oldest driver that runs the image on any GPU brand (minor-version compatibility, for the GPUs the build
+        carries machine code for); min_driver where the base's cuda-compat takes over below it."""
+        return self.driver.compat_driver
+
+    @property
+    def end_of_life_note(self) -> str | None:
+        """The build's warning for a base whose tags NVIDIA no longer supports; None for any other cell."""
+        if self.base_end_of_life is None:
+            return None
+        return (
+            f"{self.base_image}: NVIDIA lists this tag as unsupported (end of life; {self.base_end_of_life}); it may "
+            "be deleted from the registries at any time, so pin it by digest (images/bases.lock.json) or mirror it "
+            f"(`{usage.BASES_MIRROR}`) while it can still be pulled"
+        )
+
+    @property
+    def candidate(self) -> Candidate:
+        """The point of the axes this cell is."""
+        return Candidate(self.framework, self.framework_version, self.cuda, self.python, self.flavor)
+
+    @property
+    def slug(self) -> str:
+        """Every axis in one path- and tag-safe word, e.g. cuda11.8-torch2.1.2-py3.10-runtime."""
+        return tag_rules.slug(self.candidate)
+
+    @property
+    def immutable_tag(self) -> str:
+        return tag_rules.immutable_tag(self.release, self.candidate)
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return (self.immutable_tag, *self.aliases)
+
+    @property
+    def refs(self) -> tuple[str, ...]:
+        return tag_rules.image_refs(self.image, self.tags)
+
+    @property
+    def dockerfile(self) -> str:
+        return f"images/{self.framework}/{self.slug}/Dockerfile"
+
+    @property
+    def title(self) -> str:
+        return self.candidate.title
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "image": self.image,
+            "tags": list(self.tags),
+            "cuda": self.cuda,
+            "cuda_toolkit": self.cuda_toolkit,
+            "cudnn": self.cudnn,
+            "framework": self.framework,
+            "framework_version": self.framework_version,
+            "python": self.python,
+            "flavor": self.flavor,
+            "os": self.os,
+            "base_image": self.base_image,
+            "cuda_source": self.cuda_source,
+            "min_driver": self.min_driver,
+            "compat_driver": self.compat_driver,
+            "forward_compat_branches": list(self.driver.forward_compat_branches),
+            "nvidia_require_cuda": self.driver.require_cuda,
+            "base_end_of_life": self.base_end_of_life,
+            "cuda_arch_list": [*self.arch_sass, *(f"compute_{a[3:]}" for a in self.arch_ptx)],
+            "dockerfile": self.dockerfile,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    candidate: Candidate
+    reasons: tuple[Reason, ...]
+
+
+@dataclass(frozen=True)
+class Expansion:
+    cells: tuple[Cell, ...]
+    excluded: tuple[Exclusion, ...] = field(default=())
+
+
+def candidates(matrix: Matrix) -> Iterable[Candidate]:
+    for framework, spec in matrix.frameworks.items():
+        for version, cuda, python, flavor in itertools.product(
+            spec.releases, matrix.axes.cuda, matrix.axes.python, matrix.axes.flavor
+        ):
+            yield Candidate(framework, version, cuda, python, flavor)
+
+
+def expand(matrix: Matrix) -> Expansion:
+    """All valid cells in a stable order, and every excluded candidate with its reasons.
+
+    Raises InputError when the matrix's own references (defaults, aliases, tags) do not hold.
+    """
+    cells: list[Cell] = []
+    excluded: list[Exclusion] = []
+    for candidate in candidates(matrix):
+        reasons = judge(matrix, candidate)
+        if reasons:
+            excluded.append(Exclusion(candidate, tuple(reasons)))
+        else:
+            cells.append(_make_cell(matrix, candidate))
+    aliases, problems = tag_rules.moving_tags(matrix, [cell.candidate for cell in cells])
+    cells = [dataclasses.replace(cell, aliases=tags) for cell, tags in zip(cells, aliases, strict=True)]
+    problems += tag_rules.duplicate_refs(cells)
+    if problems:
+        raise InputError(problems)
+    return Expansion(tuple(cells), tuple(excluded))
+
+
+def _make_cell(matrix: Matrix, c: Candidate) -> Cell:
+    framework = matrix.frameworks[c.framework]
+    release = framework.releases[c.version]
+    variant = release.variants[c.cuda]
+    toolkit = matrix.cuda[c.cuda]
+    os_name = os_for_python(matrix, c.python)
+    assert os_name is not None  # judge() refused the candidate otherwise
+    os_spec = matrix.os[os_name]
+    notes: list[str] = []
+    end_of_life: str | None = None
+    if variant.cuda_libs == "wheel":
+        base_image, cuda_source, cudnn = os_spec.image, "wheel", variant.cudnn
+    else:
+        images = matrix.nvidia_cuda.toolkits[c.cuda]
+        base_image = f"{matrix.nvidia_cuda.repository}:{toolkit.toolkit}-cudnn8-{c.flavor}-{os_name}"
+        cuda_source, cudnn, end_of_life = "base", images.cudnn, images.end_of_life
+        if version_key(images.cudnn)[:2] != version_key(variant.cudnn)[:2]:
+            notes.append(
+                f"upstream tested cuDNN {variant.cudnn}; the base image carries cuDNN {images.cudnn}, "
+                "compatible by cuDNN's same-major, newer-minor rule"
+            )
+    pins = dict(matrix.packages.default)
+    pins.update(matrix.packages.overrides.get(f"{framework.package}=={c.version}", {}))
+    return Cell(
+        image=matrix.images[c.framework].name,
+        release=matrix.release,
+        framework=c.framework,
+        framework_version=c.version,
+        cuda=c.cuda,
+        cuda_toolkit=toolkit.toolkit,
+        cudnn=cudnn,
+        python=c.python,
+        flavor=c.flavor,
+        os=os_name,
+        os_family=os_spec.family,
+        os_codename=os_spec.codename,
+        base_image=base_image,
+        cuda_source=cuda_source,
+        driver=driver_rule(matrix, c.cuda, variant),
+        arch_sass=tuple(variant.arch.sass),
+        arch_ptx=tuple(variant.arch.ptx),
+        install=dataclasses.replace(
+            _install(framework.package, c.version, c.cuda, release.companions, variant),
+            source_builds=tuple(sorted(release.source_builds)),
+        ),
+        packages=tuple(sorted(pins.items())),
+        bootstrap_base=os_spec.bootstrap and cuda_source == "wheel",
+        notes=tuple(notes),
+        base_end_of_life=end_of_life,
+    )
+
+
+def _install(package: str, version: str, cuda: str, companions: dict[str, str], variant: Variant) -> FrameworkInstall:
+    extras = f"[{','.join(variant.extras)}]" if variant.extras else ""
+    if not (variant.index_url or variant.find_links) or variant.pypi_default:
+        # PyPI's own wheel is this CUDA build: no extra index, no local version tag.
+        requirements = (
+            f"{package}{extras}=={version}",
+            *variant.cuda_packages,
+            *(f"{n}=={v}" for n, v in sorted(companions.items())),
+        )
+        return FrameworkInstall(requirements, None, None, None)
+    local = variant.local_version or ""
+    requirements = (
+        f"{package}{extras}=={version}{local}",
+        # torchaudio before 2.0 has no local version tag on PyTorch's index.
+        *(f"{n}=={v}{local if _has_local_build(n, v) else ''}" for n, v in sorted(companions.items())),
+    )
+    tag = local.lstrip("+") or f"cu{cuda.replace('.', '')}"
+    return FrameworkInstall(requirements, variant.index_url, variant.find_links, tag)
+
+
+def _has_local_build(name: str, version: str) -> bool:
+    return not (name == "torchaudio" and version_key(version) < (2,))

@@ -1,0 +1,466 @@
+"""The GPU-node doctor: which images of the matrix will run on a GPU node, how, and why not.
+
+Pure functions decide (`kernels_for`, `verdict`, `report`, `format_report`) from a `Node`, given by flags or probed
+on this host by `dlimages.gpu.probe`; the driver part is each cell's `compat.DriverRule`, the rule the image's
+NVIDIA_REQUIRE_CUDA and labels come from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from dlimages.core.errors import InputError, Problem
+from dlimages.model import compat
+from dlimages.model.cells import Cell
+from dlimages.model.compat import DriverFit, driver_key
+from dlimages.payload import dl_stack
+
+RUNTIME_MISSING = (
+    "the NVIDIA container runtime is not configured for Docker "
+    "(no nvidia runtime in `docker info`, no nvidia-container-runtime-hook for --gpus, no CDI spec)"
+)
+NO_DRIVER = "no NVIDIA driver found (nvidia-smi missing or failing)"
+NO_GPU = "no NVIDIA GPU visible"
+# The brand a GPU of unknown brand is judged as: one the bases name, without forward compatibility.
+NOT_DATA_CENTER = "geforce"
+# The order in which one way of running is more conditional than another, for a node whose GPUs differ.
+PATHS = (compat.TOOLKIT_DRIVER, compat.MINOR_VERSION, compat.FORWARD_COMPAT)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    arch: str | None  # "sm_90"; None when the probe could not read the compute capability
+    brand: str | None = None  # as the NVIDIA container toolkit names it (compat.NVML_BRANDS); None: not known
+
+
+@dataclass(frozen=True)
+class Node:
+    """What the doctor knows about a GPU node, probed on this host or given by flags."""
+
+    driver: str | None  # None: no working NVIDIA driver found
+    gpus: tuple[Gpu, ...]
+    container_runtime: bool | None  # None: not checked (Docker not reachable, or a node given by flags)
+    source: str  # "this host" or "given"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    runs: bool
+    reasons: tuple[str, ...]  # why it does not run; empty when it runs
+    notes: tuple[str, ...]  # caveats that do not stop it (slow first start, nothing checked, conditions)
+    runs_through: str | None = None  # compat.TOOLKIT_DRIVER, MINOR_VERSION or FORWARD_COMPAT; None: does not run
+    needs_driver: str | None = None  # where the driver stops it: the oldest driver that runs it on these GPUs
+
+
+# --- parsing user input ------------------------------------------------------------------------------------
+
+_ARCH_FORMS = (
+    re.compile(r"sm_(?P<major>[1-9][0-9]?)(?P<minor>[0-9])"),  # sm_90, sm_100
+    re.compile(r"(?P<major>[1-9][0-9]?)\.(?P<minor>[0-9])"),  # 9.0, 10.0 (nvidia-smi's compute_cap)
+    re.compile(r"(?P<major>[1-9][0-9]?)(?P<minor>[0-9])"),  # 90, 100
+)
+# ASCII digits only: Python's \d also matches other scripts' digits, which no driver version has.
+_DRIVER = re.compile(r"[0-9]{3,4}\.[0-9]{1,3}(\.[0-9]{1,3})?")
+BRAND_HELP = "tesla or nvidia (data-center GPUs), or " + ", ".join(
+    brand for brand in compat.NVML_BRANDS.values() if brand not in compat.DATA_CENTER_BRANDS
+)
+
+
+def parse_arch(text: str) -> str:
+    """A GPU architecture as sm_XY, from "sm_90", "9.0" or "90"; InputError on "--gpu" otherwise.
+
+    Example: parse_arch("8.6") == "sm_86". PTX names (compute_90) are refused: a GPU has an sm, not a PTX.
+    """
+    cleaned = text.strip().lower()
+    for form in _ARCH_FORMS:
+        match = form.fullmatch(cleaned)
+        if match:
+            return dl_stack.arch_name((int(match["major"]), int(match["minor"])))
+    raise InputError([Problem("--gpu", f"{text!r} is not a GPU architecture", "e.g. sm_90 or 9.0")])
+
+
+def parse_driver(text: str) -> str:
+    """An NVIDIA driver version such as "535.104.05" or "535.104"; InputError on "--driver" otherwise."""
+    cleaned = text.strip()
+    if not _DRIVER.fullmatch(cleaned):
+        raise InputError([Problem("--driver", f"{text!r} is not an NVIDIA driver version", "e.g. 535.104.05")])
+    return cleaned
+
+
+def parse_brand(text: str) -> tuple[str, ...]:
+    """GPU brands as the NVIDIA container toolkit names them, comma-separated, any case; InputError on "--brand".
+
+    Example: parse_brand("Tesla") == ("tesla",); parse_brand("tesla,geforce") == ("tesla", "geforce").
+    """
+    brands = tuple(entry.strip().lower() for entry in text.split(","))
+    bad = [brand for brand in brands if brand not in compat.NVML_BRANDS.values()]
+    if bad:
+        raise InputError(
+            Problem("--brand", f"{brand!r} is not a GPU brand the NVIDIA container toolkit knows", BRAND_HELP)
+            for brand in bad
+        )
+    return brands
+
+
+def node_from_flags(gpu: str | None, driver: str | None, probe: Callable[[], Node], brand: str | None = None) -> Node:
+    """The node to judge: this host (`probe()`) without --gpu/--driver, else a "given" node built from both flags.
+
+    `gpu` may list several GPUs, comma-separated ("sm_80,sm_90"); `brand` one brand for all of them or one each
+    ("tesla"; "tesla,geforce"), and on this host it replaces the brand the probe read. Giving only one of --gpu and
+    --driver is an InputError naming the missing one: mixing a given GPU with this host's driver would describe no
+    real node.
+    """
+    problems: list[Problem] = []
+    brands: tuple[str, ...] = ()
+    if brand is not None:
+        try:
+            brands = parse_brand(brand)
+        except InputError as error:
+            problems += error.problems
+    if gpu is None and driver is None:
+        if problems:
+            raise InputError(problems)
+        node = probe()
+        if brands and node.gpus:
+            node = _with_brands(node, brands, problems)
+        if problems:
+            raise InputError(problems)
+        return node
+    gpus: list[Gpu] = []
+    if gpu is None:
+        problems.append(Problem("--gpu", "is needed with --driver: the node to judge has both", "e.g. sm_90 or 9.0"))
+    else:
+        entries = [entry.strip() for entry in gpu.split(",")]
+        for index, entry in enumerate(entries):
+            try:
+                gpus.append(Gpu(f"GPU {index}", parse_arch(entry)))
+            except InputError as error:
+                problems += error.problems
+    parsed_driver: str | None = None
+    if driver is None:
+        problems.append(Problem("--driver", "is needed with --gpu: the node to judge has both", "e.g. 535.104.05"))
+    else:
+        try:
+            parsed_driver = parse_driver(driver)
+        except InputError as error:
+            problems += error.problems
+    node = Node(driver=parsed_driver, gpus=tuple(gpus), container_runtime=None, source="given")
+    if brands and gpus and parsed_driver is not None:
+        # Tesla and NVIDIA both say data-center; NVML reports the one this driver knows (data_center_brand).
+        given = tuple(data_center_brand(parsed_driver) if b in compat.DATA_CENTER_BRANDS else b for b in brands)
+        node = _with_brands(node, given, problems)
+    if problems:
+        raise InputError(problems)
+    return node
+
+
+def _with_brands(node: Node, brands: tuple[str, ...], problems: list[Problem]) -> Node:
+    """The node with these brands on its GPUs: one for all, or one each (else a problem, and the node unchanged)."""
+    if len(brands) not in (1, len(node.gpus)):
+        problems.append(
+            Problem("--brand", f"gives {len(brands)} brands for {len(node.gpus)} GPUs", "one brand, or one per GPU")
+        )
+        return node
+    each = brands * len(node.gpus) if len(brands) == 1 else brands
+    gpus = tuple(Gpu(g.name, g.arch, b) for g, b in zip(node.gpus, each, strict=True))
+    return Node(node.driver, gpus, node.container_runtime, node.source)
+
+
+# Data-center GPU models, for a name nvidia-smi gives without a brand (it has no brand field; NVML has).
+_DATA_CENTER_NAME = re.compile(
+    r"\b(tesla|[abhkl][0-9]{1,3}[a-z]?|gh200|gb200|b200|b100|t4|v100|p100|p40|p4|m60|m40|k80|dgx)\b"
+)
+
+
+def brand_from_name(name: str, driver: str) -> str | None:
+    """A GPU's brand as the container toolkit would name it, from the product name alone; None when unsure.
+
+    For hosts without pynvml: nvidia-smi has no brand field. GeForce, TITAN and Quadro names carry their brand
+    (with RTX: geforcertx, titanrtx, quadrortx); other RTX names are nvidiartx ("NVIDIA RTX A6000"); Tesla and
+    data-center model names ("NVIDIA A100-SXM4-80GB", "NVIDIA H200", "NVIDIA L4") are tesla on drivers before R460,
+    whose NVML has no NVIDIA brand, and nvidia from R460 on. NVIDIA's bases list both brands alike on every branch
+    from 460 on, so that choice changes no verdict.
+    Example: brand_from_name("NVIDIA GeForce RTX 4090", "535.104.05") == "geforcertx".
+    """
+    lowered = name.lower()
+    rtx = "rtx" in lowered
+    for family in ("titan", "geforce", "quadro"):
+        if family in lowered:
+            return family + ("rtx" if rtx else "")
+    if rtx:
+        return "nvidiartx"
+    if _DATA_CENTER_NAME.search(lowered):
+        return data_center_brand(driver)
+    return None
+
+
+def data_center_brand(driver: str) -> str:
+    """How NVML names a data-center GPU's brand on this driver: tesla before R460, nvidia since."""
+    return "tesla" if driver_key(driver)[0] < 460 else "nvidia"
+
+
+# --- deciding ------------------------------------------------------------------------------------------
+
+
+def kernels_for(cell: Cell, arch: str) -> str | None:
+    """How the cell's framework runs on a GPU of `arch` (sm_XY): "sass sm_XY", "ptx compute_XY (JIT)", or None.
+
+    The rule is the payload's `dl_stack.kernel_for_capability`, the one dl-smoke checks inside the image: SASS
+    (cubin) runs on GPUs of the same major architecture with an equal or higher minor; PTX is JIT-compiled by
+    the driver for any GPU at or above its architecture. The best fit is named: the newest compatible SASS, else
+    the newest usable PTX.
+    Example: an sm_80-only build on an A10 (sm_86) -> "sass sm_80"; TensorFlow's compute_80 on an H100 ->
+    "ptx compute_80 (JIT)".
+    """
+    gpu = dl_stack.parse_arch(arch)
+    if gpu is None:
+        raise ValueError(f"{arch!r} is not a GPU architecture; parse_arch() makes one")
+    kernel = dl_stack.kernel_for_capability((gpu.major, gpu.minor), _arch_list(cell))
+    if kernel is None:
+        return None
+    return f"ptx {kernel} (JIT)" if kernel.startswith("compute_") else f"sass {kernel}"
+
+
+def _arch_list(cell: Cell) -> list[str]:
+    """The build's arch list as the framework reports it: the matrix's PTX targets sm_XY become compute_XY."""
+    return [*cell.arch_sass, *(f"compute_{arch.removeprefix('sm_')}" for arch in cell.arch_ptx)]
+
+
+def _capability(arch: str) -> str:
+    """sm_86 -> "8.6", the form the container toolkit compares `arch` conditions with."""
+    entry = dl_stack.parse_arch(arch)
+    assert entry is not None  # parse_arch() made it
+    return f"{entry.major}.{entry.minor}"
+
+
+def verdict(cell: Cell, node: Node) -> Verdict:
+    """Whether the cell's image runs on the node, how, every reason it does not, and caveats when it does."""
+    reasons: list[str] = []
+    notes: list[str] = []
+    paths: list[str] = []
+    needs: list[str] = []
+    driver = node.driver
+    if driver is None:
+        reasons.append(NO_DRIVER)
+    elif not node.gpus:
+        reasons.append(NO_GPU)
+    for index, gpu in enumerate(node.gpus):
+        label = gpu.name or f"GPU {index}"
+        if gpu.arch is None:
+            reasons.append(
+                f"compute capability unknown for {label}: nvidia-smi has no compute_cap field and pynvml is "
+                "not installed; pass --gpu and --driver to judge it"
+            )
+            continue
+        kernels = kernels_for(cell, gpu.arch)
+        if kernels is None:
+            reasons.append(f"no kernels for {gpu.arch} ({label}) in this build: it has {', '.join(_arch_list(cell))}")
+            continue
+        jit = kernels.startswith("ptx")
+        if driver is not None:
+            fit, why, also = _judge_driver(cell, driver, gpu, label, kernels)
+            notes += also
+            if fit.path is None:
+                reasons.append(why)
+                needs += [fit.needs] if fit.needs else []
+                continue
+            paths.append(fit.path)
+            notes += [why] if why else []
+        if jit:
+            notes.append(
+                f"{gpu.arch} ({label}) runs {kernels}: the driver compiles kernels on first use, so the first "
+                "start is slow (minutes; cached after)"
+            )
+    if node.container_runtime is False:
+        reasons.append(RUNTIME_MISSING)
+    elif node.container_runtime is None:
+        notes.append("container runtime not checked")
+    unique_reasons = tuple(dict.fromkeys(reasons))
+    runs = not unique_reasons
+    return Verdict(
+        runs=runs,
+        reasons=unique_reasons,
+        notes=tuple(dict.fromkeys(notes)),
+        runs_through=max(paths, key=PATHS.index) if runs and paths else None,
+        needs_driver=max(needs, key=driver_key) if needs else None,
+    )
+
+
+def _judge_driver(cell: Cell, driver: str, gpu: Gpu, label: str, kernels: str) -> tuple[DriverFit, str, list[str]]:
+    """How the driver runs the cell on one GPU: the fit, the reason (or the note on how it runs) and extra notes.
+
+    A GPU of unknown brand is judged as one that is not data-center, with a note where a data-center GPU differs.
+    """
+    rule = cell.driver
+    arch = _capability(gpu.arch or "")
+    jit = kernels.startswith("ptx")
+    brand = gpu.brand or NOT_DATA_CENTER
+    fit = rule.fit(driver, brand=brand, arch=arch, needs_jit=jit)
+    extra: list[str] = []
+    if gpu.brand is None:
+        data_center = rule.fit(driver, brand=data_center_brand(driver), arch=arch, needs_jit=jit)
+        if data_center.path != fit.path and data_center.path is not None:
+            extra.append(
+                f"{label}'s brand is not known, so it is judged as a GPU that is not data-center; on a data-center "
+                f"GPU (--brand tesla or nvidia) it runs through {data_center.path}"
+            )
+    return fit, _explain(cell, driver, gpu, label, kernels, brand, fit), extra
+
+
+def _explain(cell: Cell, driver: str, gpu: Gpu, label: str, kernels: str, brand: str, fit: DriverFit) -> str:
+    """The note on how the driver runs the cell on one GPU, or the reason it does not, naming the needed driver."""
+    rule = cell.driver
+    own = f"driver {driver} is below CUDA {cell.cuda}'s own {rule.toolkit_driver}"
+    who = f"{gpu.arch} ({label}, {brand if gpu.brand else 'brand unknown'})"
+    kind = brand if gpu.brand else "non-data-center"
+    branch = str(driver_key(driver)[0])
+    if fit.path == compat.MINOR_VERSION:
+        return (
+            f"{compat.MINOR_VERSION} on {who}: {own} but at least {rule.compat_driver}, and the build has machine "
+            f"code for this GPU ({kernels}): no PTX JIT needed; CUDA features newer than the driver are unavailable"
+        )
+    if fit.path == compat.FORWARD_COMPAT:
+        return (
+            f"{compat.FORWARD_COMPAT} on {who}: {own}; the image admits {kind} GPUs on branch {branch}, where the "
+            f"container toolkit loads the base's cuda-compat ({rule.cuda_compat}) libraries, which run on data-center "
+            "GPUs only (other brands fail with CUDA error 804)"
+        )
+    if fit.path is not None:
+        return ""
+    needs = f"needs driver >= {fit.needs}"
+    if fit.cause == compat.BELOW_COMPAT_FLOOR:
+        no_compat = (
+            " (this image has no cuda-compat package, so forward compatibility does not apply)"
+            if rule.cuda_compat is None and (gpu.brand is None or brand in compat.DATA_CENTER_BRANDS)
+            else ""
+        )
+        if rule.compat_driver == rule.toolkit_driver:
+            return (
+                f"driver {driver} is older than {rule.toolkit_driver}, the driver CUDA {cell.cuda} needs{no_compat}; "
+                f"{needs}"
+            )
+        return (
+            f"driver {driver} is older than {rule.compat_driver}, the oldest that can run CUDA {cell.cuda} even under "
+            f"minor-version compatibility{no_compat}; {needs}"
+        )
+    if fit.cause == compat.NEEDS_JIT:
+        refused = (
+            f"; the image's NVIDIA_REQUIRE_CUDA refuses such GPUs below its own driver (arch<{rule.jit_from})"
+            if rule.jit_from
+            else ""
+        )
+        return f"{who} runs {kernels}, and minor-version compatibility has no PTX JIT: {own}{refused}; {needs}"
+    if fit.cause == compat.COMPAT_NOT_ON_BRAND:
+        return (
+            f"{own}; the image admits {kind} GPUs on branch {branch}, but there the container toolkit loads the "
+            f"base's cuda-compat ({rule.cuda_compat}) libraries, which run on data-center GPUs only: on {who} CUDA "
+            f"fails with error 804 (forward compatibility was attempted on non supported HW); {needs}"
+        )
+    admitted = admitted_branches(rule.require_cuda)
+    return (
+        f"{own}, and the image's NVIDIA_REQUIRE_CUDA (nvidia/cuda's) admits older drivers only on branch "
+        f"{admitted or 'none'}: the NVIDIA container toolkit refuses to start it on {who}; {needs}"
+    )
+
+
+# Every brand NVIDIA's bases list when they admit a branch for any GPU.
+_LISTED_BRANDS = {"tesla", "unknown", "nvidia", "nvidiartx", "geforce", "geforcertx", "quadro", "quadrortx", "titan"}
+
+
+def admitted_branches(require_cuda: str) -> str:
+    """The older driver branches an NVIDIA_REQUIRE_CUDA admits and for which brands, for people to read.
+
+    Example: "cuda>=11.8 brand=tesla,driver>=450,driver<451 brand=tesla,driver>=470,driver<471" -> "450 (tesla),
+    470 (tesla)"; a branch listed for every brand NVIDIA names reads "470 (any brand)".
+    """
+    branches: dict[int, list[str]] = {}
+    for brand, branch in re.findall(r"brand=([a-z]+),driver>=([0-9]+),driver<[0-9]+", require_cuda):
+        branches.setdefault(int(branch), []).append(brand)
+    return ", ".join(
+        f"{branch} ({'any brand' if _LISTED_BRANDS <= set(brands) else ', '.join(brands)})"
+        for branch, brands in sorted(branches.items())
+    )
+
+
+def report(cells: Iterable[Cell], node: Node) -> list[dict[str, object]]:
+    """One JSON object per cell: the cell's fields exactly as `invoke matrix --json` has them, plus
+    "runs" (bool), "runs_through" (how: "toolkit driver", "minor-version compatibility", "forward compatibility";
+    null when it does not run), "reasons" (list of str, empty when it runs), "needs_driver" (the oldest driver that
+    runs it on these GPUs, when the driver is a reason; else null) and "run_notes" (list of str).
+
+    The doctor's notes go under "run_notes" because the cell's own "notes" key is part of `as_json()`.
+    """
+    rows: list[dict[str, object]] = []
+    for cell in cells:
+        judged = verdict(cell, node)
+        rows.append(
+            {
+                **cell.as_json(),
+                "runs": judged.runs,
+                "runs_through": judged.runs_through,
+                "reasons": list(judged.reasons),
+                "needs_driver": judged.needs_driver,
+                "run_notes": list(judged.notes),
+            }
+        )
+    return rows
+
+
+def describe_node(node: Node) -> str:
+    """One line: where the facts come from, driver, GPUs (grouped, with archs and brands) and container runtime."""
+    counts: dict[Gpu, int] = {}
+    for gpu in node.gpus:
+        counts[gpu] = counts.get(gpu, 0) + 1
+
+    def shown(gpu: Gpu) -> str:
+        return f"{gpu.name} ({gpu.arch or 'arch unknown'}, {gpu.brand or 'brand unknown'})"
+
+    gpus = ", ".join(f"{n}x {shown(gpu)}" if n > 1 else shown(gpu) for gpu, n in counts.items())
+    runtime = {True: "configured", False: "not configured", None: "not checked"}[node.container_runtime]
+    return (
+        f"node ({node.source}): driver {node.driver or 'none found'}; GPUs: {gpus or 'none'}; "
+        f"NVIDIA container runtime: {runtime}"
+    )
+
+
+def _strings(row: dict[str, object], key: str) -> list[str]:
+    value = row.get(key, [])
+    return [str(item) for item in value] if isinstance(value, list) else []
+
+
+def format_report(rows: Sequence[dict[str, object]], node: Node) -> str:
+    """The report for people: the node, then RUNS / NO per image with how, its reasons and notes.
+
+    Reasons and notes shared by every image are said once under the node line instead of on every image.
+    """
+    every_reason = _common(rows, "reasons")
+    every_note = _common(rows, "run_notes")
+    runs = [row for row in rows if row["runs"] is True]
+    lines = [describe_node(node)]
+    lines += [f"  every image: {reason}" for reason in every_reason]
+    lines += [f"  every image, note: {note}" for note in every_note]
+    ways = [
+        f"{count} through {path}"
+        for path in PATHS[1:]
+        if (count := sum(1 for row in runs if row.get("runs_through") == path))
+    ]
+    lines.append(f"{len(runs)} of {len(rows)} images run on this node" + (f" ({', '.join(ways)})." if ways else "."))
+    lines.append("")
+    for row in rows:
+        tags = _strings(row, "tags")
+        ref = f"{row['image']}:{tags[0] if tags else '?'}"
+        how = row.get("runs_through")
+        lines.append(f"{'RUNS' if row['runs'] is True else 'NO':<5} {ref}" + (f"  [{how}]" if how in PATHS[1:] else ""))
+        lines += [f"        - {reason}" for reason in _strings(row, "reasons") if reason not in every_reason]
+        lines += [f"        note: {note}" for note in _strings(row, "run_notes") if note not in every_note]
+    return "\n".join(lines)
+
+
+def _common(rows: Sequence[dict[str, object]], key: str) -> list[str]:
+    if len(rows) < 2:
+        return []
+    first = _strings(rows[0], key)
+    return [item for item in first if all(item in _strings(row, key) for row in rows[1:])]

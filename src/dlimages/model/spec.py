@@ -1,0 +1,680 @@
+"""Load matrix.yaml into a frozen, validated model; every problem is reported at once with its key path."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dlimages.core.errors import InputError, Problem, allowed_list
+from dlimages.core.grammar import (
+    NAME,
+    URL_ALLOWED,
+    VERSION,
+    reference_problem,
+    repository_problem,
+    url_problem,
+)
+from dlimages.core.references import registry_problems
+from dlimages.payload.dl_stack import FRAMEWORKS
+
+MATRIX_FILE = "matrix.yaml"
+
+# ASCII only: a pattern with \d would let other scripts' digits (Arabic-Indic, fullwidth, ...) into tags and pins.
+Version = Annotated[str, Field(pattern=rf"^{VERSION.pattern}$")]
+Driver = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")]
+Arch = Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}$")]
+Name = Annotated[str, Field(pattern=rf"^{NAME.pattern}$")]
+
+
+def _checked(problem: str | None, what: str, allowed: str) -> None:
+    if problem is not None:
+        raise ValueError(f"{what} {problem} (allowed: {allowed})")
+
+
+def _url(value: str) -> str:
+    _checked(url_problem(value), "the URL", URL_ALLOWED)
+    return value
+
+
+def _source_url(value: str) -> str:
+    _checked(url_problem(value, fragment=True), "the URL", URL_ALLOWED + ", then an optional #fragment")
+    return value
+
+
+def _wheels_url(value: str) -> str:
+    _checked(url_problem(value, placeholders=("{variant}",)), "the URL", URL_ALLOWED + " and {variant}")
+    return value
+
+
+def _image(value: str) -> str:
+    _checked(reference_problem(value), "the image reference", "[registry[:port]/]repository[:tag][@sha256:...]")
+    return value
+
+
+def _registry_prefix(value: str) -> str:
+    problems = registry_problems(value, where="registry")
+    if problems:
+        raise ValueError(problems[0].message + f" (allowed: {problems[0].allowed})")
+    return value
+
+
+def _repository(value: str) -> str:
+    _checked(repository_problem(value), "the repository", "[registry[:port]/]repository, e.g. nvidia/cuda")
+    return value
+
+
+# What reaches a build: checked by the grammars of dlimages.core.grammar, so that no value can end a Dockerfile line,
+# start a shell command or carry a credential. The value is never quoted back (it may hold a secret).
+Url = Annotated[str, AfterValidator(_url)]  # mirrors and package indexes: build arguments and pip.conf
+SourceUrl = Annotated[str, AfterValidator(_source_url)]  # where a fact comes from: shown to people only
+WheelsUrl = Annotated[str, AfterValidator(_wheels_url)]  # a find-links page per CUDA build: {variant} is e.g. cu118
+ImageRef = Annotated[str, AfterValidator(_image)]
+Repository = Annotated[str, AfterValidator(_repository)]
+RegistryPrefix = Annotated[str, AfterValidator(_registry_prefix)]  # HOST[:PORT][/PATH] that base paths follow
+
+
+class Model(BaseModel):
+    # A misspelled key is an error, never silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CellRef(Model):
+    """Axis values naming one cell; `version` may be partial (2.1 means the newest 2.1.x)."""
+
+    cuda: Version
+    version: Version
+    python: Version
+    flavor: Name
+
+
+Tag = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
+
+
+class Alias(CellRef):
+    """An extra moving tag for one cell."""
+
+    tag: Tag
+
+
+class ImageSpec(Model):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")]
+    # The cell that the bare release tag (e.g. `v1.0`) points at.
+    default: CellRef
+    aliases: list[Alias] = Field(default_factory=list)
+
+
+class Axes(Model):
+    cuda: list[Version] = Field(min_length=1)
+    python: list[Version] = Field(min_length=1)
+    flavor: list[Name] = Field(min_length=1)
+
+
+class CudaToolkit(Model):
+    toolkit: Version
+    min_driver: Driver  # the driver the toolkit release ships with: every feature, on every GPU
+    compat_driver: Driver  # the floor under CUDA minor-version compatibility (no PTX JIT); min_driver if none
+    gpu_archs: list[Arch] = Field(min_length=1)
+    source: SourceUrl
+
+
+# NVIDIA_REQUIRE_CUDA as the NVIDIA container toolkit reads it: alternatives separated by one space, each a
+# comma-separated AND of conditions on the driver's CUDA version, the driver, the GPU's arch or its brand
+# (libnvidia-container src/cli/dsl.c). The value reaches Dockerfiles, so nothing else may pass.
+_REQUIRE_CONDITION = r"(?:(?:cuda|driver|arch)(?:>=|<=|!=|=|<|>)[0-9]+(?:\.[0-9]+)*|brand(?:=|!=)[a-z]+)"
+_REQUIRE_TERM = rf"{_REQUIRE_CONDITION}(?:,{_REQUIRE_CONDITION})*"
+REQUIRE_CUDA = re.compile(rf"{_REQUIRE_TERM}(?: {_REQUIRE_TERM})*")
+
+
+def _require_cuda(value: str) -> str:
+    if not REQUIRE_CUDA.fullmatch(value):
+        raise ValueError(
+            f"{value[:80]!r} is not an NVIDIA_REQUIRE_CUDA expression (allowed: conditions such as cuda>=11.8, "
+            "driver>=470, driver<471, arch<8.0, brand=tesla; joined by commas (and), the groups by single spaces (or))"
+        )
+    return value
+
+
+RequireCuda = Annotated[str, AfterValidator(_require_cuda)]
+
+
+class OsSpec(Model):
+    family: Literal["ubuntu", "debian"]
+    codename: Name
+    python: Version
+    image: ImageRef
+    bootstrap: bool = False
+    source: SourceUrl
+
+
+class NvidiaToolkitImages(Model):
+    os: list[Name] = Field(min_length=1)
+    cudnn: Version
+    # NVIDIA_REQUIRE_CUDA as the tags' x86_64 base Dockerfile (`require_source`) sets it, verbatim; without it the
+    # doctor takes `cuda>=X.Y` (the CUDA version's own driver) and counts on no forward compatibility.
+    require_cuda: RequireCuda | None = None
+    require_source: SourceUrl | None = None
+    # Set when NVIDIA lists these tags as unsupported (end of life), to the page that lists them: such tags may be
+    # deleted from the registries.
+    end_of_life: SourceUrl | None = None
+
+    @model_validator(mode="after")
+    def _require_cuda_has_a_source(self) -> NvidiaToolkitImages:
+        if self.require_cuda is not None and self.require_source is None:
+            raise ValueError("require_cuda needs require_source: the base Dockerfile that sets NVIDIA_REQUIRE_CUDA")
+        return self
+
+
+class NvidiaCuda(Model):
+    repository: Repository
+    source: SourceUrl
+    toolkits: dict[Version, NvidiaToolkitImages]
+
+
+class ArchList(Model):
+    sass: list[Arch]
+    ptx: list[Arch]
+
+
+class Variant(Model):
+    """One published CUDA build of a framework release."""
+
+    cudnn: Version
+    cuda_libs: Literal["wheel", "system"]
+    arch: ArchList
+    local_version: str | None = Field(default=None, pattern=r"^\+[a-z0-9]+$")
+    index_url: Url | None = None
+    find_links: Url | None = None
+    pypi_default: bool = False
+    extras: list[Name] = Field(default_factory=list)
+    # CUDA libraries installed by name next to the framework (pinned), when its own extra cannot be used.
+    cuda_packages: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+==[0-9][0-9A-Za-z.+-]*$")]] = Field(
+        default_factory=list
+    )
+
+
+class Release(Model):
+    python: list[Version] = Field(min_length=1)
+    source: SourceUrl  # where the published CUDA builds and their install commands are listed
+    python_source: SourceUrl | None = None  # where the supported Python versions are listed, if elsewhere
+    variants: dict[Version, Variant] = Field(min_length=1)
+    companions: dict[Name, Version] = Field(default_factory=dict)
+    # Requirements of the release that PyPI has only as source: locked by their sdist's hash and built in the
+    # image, the one exception to wheels only. `source_builds_source` shows the PyPI file listing.
+    source_builds: list[Name] = Field(default_factory=list)
+    source_builds_source: SourceUrl | None = None
+
+    @model_validator(mode="after")
+    def _source_builds_have_a_source(self) -> Release:
+        if self.source_builds and self.source_builds_source is None:
+            raise ValueError("source_builds needs source_builds_source: the page showing PyPI has no wheel")
+        return self
+
+
+class Framework(Model):
+    package: Name
+    releases: dict[Version, Release] = Field(min_length=1)
+
+
+class Packages(Model):
+    apt: list[Name] = Field(min_length=1)
+    pip: Version
+    default: dict[Name, Version] = Field(min_length=1)
+    overrides: dict[str, dict[Name, Version]] = Field(default_factory=dict)
+
+
+class AptMirrors(Model):
+    ubuntu: Url
+    debian: Url
+    debian_security: Url
+
+
+class BaseMirror(Model):
+    """Where a profile takes the Docker Hub base images from: `registry` + "/" + the Docker Hub path
+    (ubuntu:22.04 -> REGISTRY/library/ubuntu:22.04), the prefix form public mirrors and Harbor projects use."""
+
+    registry: RegistryPrefix
+    source: SourceUrl  # the operator's own page: how the mirror is addressed, and its limits
+    limits: str  # said in the build log of every build that uses it
+
+
+class MirrorProfile(Model):
+    description: str
+    bases: BaseMirror | None = None
+    apt: AptMirrors | None = None
+    pypi: Url | None = None
+    pytorch_wheels: WheelsUrl | None = None
+    source: SourceUrl | None = None
+
+
+def _framework_name(name: str) -> str:
+    if name not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {name!r} (allowed: {', '.join(FRAMEWORKS)})")
+    return name
+
+
+FrameworkName = Annotated[str, AfterValidator(_framework_name)]
+
+
+class Matrix(Model):
+    schema_version: Annotated[int, Field(ge=1, le=1)]
+    release: Annotated[str, Field(pattern=rf"^v{VERSION.pattern}$")]
+    images: dict[FrameworkName, ImageSpec]
+    axes: Axes
+    flavors: dict[Name, str]
+    cuda: dict[Version, CudaToolkit]
+    os: dict[Name, OsSpec]
+    nvidia_cuda: NvidiaCuda
+    arch_lists: dict[str, ArchList] = Field(default_factory=dict)
+    frameworks: dict[FrameworkName, Framework]
+    partials: list[Name] = Field(min_length=1)
+    packages: Packages
+    mirrors: dict[Name, MirrorProfile]
+
+    @field_validator("mirrors")
+    @classmethod
+    def _has_none_profile(cls, value: dict[str, MirrorProfile]) -> dict[str, MirrorProfile]:
+        if "none" not in value:
+            raise ValueError("a `none` profile (upstream defaults) is required; found " + ", ".join(value))
+        return value
+
+
+# Bounds on what matrix.yaml can make this process do. The real matrix is about 15 KB, about 1,000 values once its
+# aliases are expanded and 10 levels deep: each limit leaves it fifty times the room, and keeps the worst case
+# (parse, validate, report every problem) to seconds and megabytes.
+MAX_MATRIX_BYTES = 1024 * 1024
+# Aliases (*name) and merges (<<: *name) share one parsed node, but validation and error reports walk every use
+# of it: a few lines of nested aliases (a "billion laughs") would otherwise cost gigabytes and minutes. So values
+# (mappings, lists, scalars), characters and depth are counted as if every alias were written out in full.
+MAX_NODES = 50_000
+MAX_TEXT = MAX_MATRIX_BYTES
+MAX_DEPTH = 32
+# One value's length. It also keeps every digit string below Python's int() limit (4,300 digits), so no number,
+# however long, can crash a version comparison.
+MAX_VALUE = 4096
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """Valid YAML that matrix.yaml does not accept: over a limit, an explicit tag, a character from an escape."""
+
+
+def _refuse(problem: str, mark: Any) -> _Refused:
+    return _Refused(None, None, problem, mark)
+
+
+class _VersionsAsText(yaml.SafeLoader):
+    """YAML loader that keeps numbers and dates as text, refuses duplicate keys and explicit tags, and bounds
+    what aliases expand to.
+
+    Versions are never numbers: unquoted `3.10` would otherwise read as 3.1 and `11.0` as 11.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        # Values and characters so far, and the nesting depth here, all with aliases expanded; counted as the
+        # document is composed, so that a limit stops the parse as soon as it is passed.
+        self._values = 0
+        self._characters = 0
+        self._depth = 0
+        # (values, characters, depth) of each finished node, by id(node), for the aliases that name it. A node
+        # enters it when it is complete: an alias to a node not yet there names one of its own parents (a cycle).
+        self._expanded: dict[int, tuple[int, int, int]] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            size = self._expanded.get(id(node))
+            if size is None:
+                raise _refuse(f"the alias *{event.anchor} is used inside the value it names", event.start_mark)
+            self._count(*size, event.start_mark)
+            return node
+        tag = getattr(event, "tag", None)
+        if tag is not None:
+            # !!int, !!float, !!bool, !!timestamp and !!map run constructors that raise on bad input; matrix.yaml
+            # needs no tag (versions are text, the schema gives every value its type).
+            shown = tag.replace("tag:yaml.org,2002:", "!!", 1)
+            raise _refuse(
+                f"explicit YAML tags are not allowed (found {shown}); write the value plainly", event.start_mark
+            )
+        if not isinstance(event, yaml.ScalarEvent):  # a mapping or a list: counted before what it holds
+            self._count(1, 0, 1, event.start_mark)
+        values, characters = self._values, self._characters
+        self._depth += 1
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        if isinstance(node, yaml.ScalarNode):
+            self._check_scalar(node)
+            self._count(1, len(node.value), 1, node.start_mark)
+            self._expanded[id(node)] = (1, len(node.value), 1)
+        elif node is not None:
+            depth = 1 + max((self._expanded[id(child)][2] for child in _children(node)), default=0)
+            self._expanded[id(node)] = (self._values - values + 1, self._characters - characters, depth)
+        return node
+
+    def _count(self, values: int, characters: int, depth: int, mark: Any) -> None:
+        self._values += values
+        self._characters += characters
+        if self._values > MAX_NODES:
+            raise _refuse(f"too many aliases/nodes (limit {MAX_NODES} values, aliases expanded)", mark)
+        if self._characters > MAX_TEXT:
+            raise _refuse(f"too much text once aliases are expanded (limit {MAX_TEXT} characters)", mark)
+        if self._depth + depth > MAX_DEPTH:
+            raise _refuse(f"nested too deeply (limit {MAX_DEPTH} levels, aliases expanded)", mark)
+
+    @staticmethod
+    def _check_scalar(node: yaml.ScalarNode) -> None:
+        value: str = node.value
+        if len(value) > MAX_VALUE:
+            raise _refuse(f"a value longer than {MAX_VALUE} characters", node.start_mark)
+        # An escape ("\e", "\ud800") can make characters that the file itself may not hold; they would reach
+        # terminals and generated files.
+        bad = yaml.reader.Reader.NON_PRINTABLE.search(value)
+        if bad:
+            raise _refuse(
+                f"a value holds U+{ord(bad.group()):04X}, a character YAML files may not contain", node.start_mark
+            )
+
+    def scan_flow_scalar_non_spaces(self, double: bool, start_mark: Any) -> list[str]:
+        # PyYAML turns "\U00110000" into chr(0x110000), which raises ValueError (or OverflowError) instead of a
+        # YAMLError.
+        try:
+            chunks: list[str] = super().scan_flow_scalar_non_spaces(double, start_mark)
+        except (ValueError, OverflowError):
+            raise yaml.scanner.ScannerError(
+                "while scanning a quoted scalar", start_mark, "an escape names no Unicode character", self.get_mark()
+            ) from None
+        return chunks
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return list(node.value)
+
+
+# A copy of the resolver table: editing the inherited one would change every PyYAML loader in the process.
+_VersionsAsText.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp")
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _construct_mapping(loader: _VersionsAsText, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    # Duplicates are looked for among the mapping's own keys: a key that overrides one merged in by `<<: *anchor`
+    # is what merging is for. PyYAML puts merged keys first, so the mapping's own keys win.
+    own = [key_node for key_node, _ in node.value if key_node.tag != "tag:yaml.org,2002:merge"]
+    loader.flatten_mapping(node)
+    seen: dict[Any, int] = {}
+    for key_node in own:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key must be plain text, not a list or mapping", key_node.start_mark
+            ) from None
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_VersionsAsText.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", item):
+            parts.append(f".{item}" if parts else item)
+        else:
+            parts.append(f'."{item}"' if parts else f'"{item}"')
+    return "".join(parts) or "(top level)"
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Annotated and Optional so that a field's model class can be found."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin in (Union, UnionType):
+            options = [a for a in get_args(annotation) if a is not type(None)]
+            annotation = options[0] if len(options) == 1 else annotation
+            if len(options) != 1:
+                return annotation
+        else:
+            return annotation
+
+
+def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
+    """Names of the keys allowed where an unknown key was found, by walking the model along its path."""
+    node: Any = Matrix
+    for item in loc[:-1]:
+        node = _unwrap(node)
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            field = node.model_fields.get(str(item))
+            if field is None:
+                return []
+            node = field.annotation
+        elif get_origin(node) in (dict, list):
+            node = get_args(node)[-1]
+        else:
+            return []
+    node = _unwrap(node)
+    return list(node.model_fields) if isinstance(node, type) and issubclass(node, BaseModel) else []
+
+
+def _problem_from_pydantic(error: Any, where_file: str) -> Problem:
+    loc = tuple(error["loc"])
+    in_key = bool(loc) and loc[-1] == "[key]"  # pydantic's marker for a problem with a mapping's key
+    if in_key:
+        loc = loc[:-1]
+    path = f"{where_file}: {_key_path(loc)}"
+    kind = error["type"]
+    if in_key:
+        return Problem(path, f"the key {error['input']!r} is not well formed: {error['msg']}")
+    if kind == "extra_forbidden":
+        return Problem(path, "unknown key", allowed_list(_fields_at(loc)) or "no further keys")
+    if kind == "missing":
+        return Problem(path, "required key is missing")
+    if kind == "string_pattern_mismatch":
+        pattern = error["ctx"]["pattern"]
+        return Problem(path, f"{error['input']!r} is not well formed", f"text matching {pattern}")
+    if kind == "literal_error":
+        return Problem(path, f"{error['input']!r} is not allowed", str(error["ctx"]["expected"]))
+    if kind == "string_type" and isinstance(error["input"], bool):
+        return Problem(path, f"expected text, got the boolean {error['input']!r}", "quote it")
+    if kind == "string_type" and isinstance(error["input"], (int, float)):
+        return Problem(path, f"expected text, got the number {error['input']!r}", "quote it")
+    if kind == "value_error":
+        return Problem(path, str(error["msg"]).removeprefix("Value error, "))
+    return Problem(path, f"{error['msg']} (got {error['input']!r})")
+
+
+def parse_matrix(text: str, where_file: str = MATRIX_FILE) -> Matrix:
+    """Parse and validate matrix text; raise InputError listing every problem."""
+    if len(text) > MAX_MATRIX_BYTES:
+        raise InputError(
+            [Problem(where_file, f"too large: {len(text)} characters, over the limit of {MAX_MATRIX_BYTES} (1 MiB)")]
+        )
+    data = _load_yaml(text, where_file)
+    if not isinstance(data, dict):
+        raise InputError([Problem(where_file, "must be a mapping of keys at the top level")])
+    try:
+        matrix = Matrix.model_validate(data)
+    except ValidationError as exc:
+        raise InputError([_problem_from_pydantic(e, where_file) for e in exc.errors()]) from None
+    problems = cross_check(matrix, where_file)
+    if problems:
+        raise InputError(problems)
+    return matrix
+
+
+def _load_yaml(text: str, where_file: str) -> Any:
+    loader = None
+    try:
+        loader = _VersionsAsText(text)  # checks every character first
+        return loader.get_single_data()
+    except _Refused as exc:
+        where = f"{where_file}:{exc.problem_mark.line + 1}" if exc.problem_mark else where_file
+        raise InputError([Problem(where, str(exc.problem))]) from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise InputError(
+            [Problem(f"{where_file}:{line}", f"not valid YAML: the character U+{exc.character:04X} is not allowed")]
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{where_file}:{mark.line + 1}" if mark else where_file
+        problem = getattr(exc, "problem", None) or str(exc)
+        context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if problem == "second occurrence" and context and context_mark:  # PyYAML's duplicate anchor
+            problem = f"{context} at line {context_mark.line + 1}"
+        raise InputError([Problem(where, f"not valid YAML: {problem}")]) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def load_matrix(path: Path) -> Matrix:
+    """Read and validate a matrix file: at most MAX_MATRIX_BYTES of UTF-8 text from a regular file."""
+    try:
+        # Non-blocking, so that opening a FIFO returns at once; only regular files are read (a FIFO would wait for
+        # a writer, a link to /dev/zero never end), and never more than the limit.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(descriptor, "rb") as file:
+            mode = os.fstat(descriptor).st_mode
+            if not stat.S_ISREG(mode):
+                kind = "Is a directory" if stat.S_ISDIR(mode) else "not a regular file"
+                raise InputError([Problem(str(path), f"cannot read: {kind}")])
+            raw = file.read(MAX_MATRIX_BYTES + 1)
+    except OSError as exc:
+        raise InputError([Problem(str(path), f"cannot read: {exc.strerror}")]) from None
+    if len(raw) > MAX_MATRIX_BYTES:
+        raise InputError([Problem(path.name, f"too large: over the limit of {MAX_MATRIX_BYTES} bytes (1 MiB)")])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise InputError(
+            [Problem(f"{path.name}:{line}", f"not UTF-8 (byte 0x{raw[exc.start]:02x}); save the file as UTF-8")]
+        ) from None
+    return parse_matrix(text, path.name)
+
+
+def cross_check(m: Matrix, f: str) -> list[Problem]:
+    """References between sections: each named CUDA, OS, flavor, release and package must exist."""
+    problems: list[Problem] = []
+    cudas, oses = list(m.cuda), list(m.os)
+    pythons = sorted({spec.python for spec in m.os.values()}, key=version_key)
+    for i, cuda in enumerate(m.axes.cuda):
+        if cuda not in m.cuda:
+            problems.append(
+                Problem(f"{f}: axes.cuda[{i}]", f"CUDA {cuda} has no entry under `cuda:`", allowed_list(cudas))
+            )
+    for i, python in enumerate(m.axes.python):
+        if python not in pythons:
+            problems.append(
+                Problem(f"{f}: axes.python[{i}]", f"no OS under `os:` provides Python {python}", allowed_list(pythons))
+            )
+    for i, flavor in enumerate(m.axes.flavor):
+        if flavor not in m.flavors:
+            problems.append(
+                Problem(
+                    f"{f}: axes.flavor[{i}]",
+                    f"flavor {flavor!r} is not described under `flavors:`",
+                    allowed_list(m.flavors),
+                )
+            )
+    for key in set(m.images) ^ set(m.frameworks):
+        section = "images" if key in m.images else "frameworks"
+        problems.append(Problem(f"{f}: {section}.{key}", "every image needs a framework entry and vice versa"))
+    for cuda, toolkit in m.cuda.items():
+        if version_key(toolkit.compat_driver) > version_key(toolkit.min_driver):
+            problems.append(
+                Problem(
+                    f'{f}: cuda."{cuda}".compat_driver',
+                    f"{toolkit.compat_driver} is newer than min_driver {toolkit.min_driver}",
+                    "a driver at most min_driver: the floor under minor-version compatibility, or min_driver itself",
+                )
+            )
+    for cuda, images in m.nvidia_cuda.toolkits.items():
+        if cuda not in m.cuda:
+            problems.append(
+                Problem(f'{f}: nvidia_cuda.toolkits."{cuda}"', f"unknown CUDA version {cuda}", allowed_list(cudas))
+            )
+        # The doctor knows a driver's CUDA version only relative to this entry's own (see compat.DriverRule).
+        for condition in re.split(r"[ ,]", images.require_cuda or ""):
+            if condition.startswith("cuda") and condition != f"cuda>={cuda}":
+                problems.append(
+                    Problem(
+                        f'{f}: nvidia_cuda.toolkits."{cuda}".require_cuda',
+                        f"the condition {condition!r} is not about CUDA {cuda}",
+                        f"cuda>={cuda}",
+                    )
+                )
+        for i, os_name in enumerate(images.os):
+            if os_name not in m.os:
+                problems.append(
+                    Problem(
+                        f'{f}: nvidia_cuda.toolkits."{cuda}".os[{i}]', f"unknown OS {os_name!r}", allowed_list(oses)
+                    )
+                )
+    releases = {f"{fw.package}=={version}" for fw in m.frameworks.values() for version in fw.releases}
+    for name, framework in m.frameworks.items():
+        for version, release in framework.releases.items():
+            for cuda, variant in release.variants.items():
+                where = f'{f}: frameworks.{name}.releases."{version}".variants."{cuda}"'
+                if cuda not in m.cuda:
+                    problems.append(Problem(where, f"unknown CUDA version {cuda}", allowed_list(cudas)))
+                if variant.cuda_libs == "wheel" and name == "pytorch" and not (variant.index_url or variant.find_links):
+                    problems.append(Problem(where, "a PyTorch CUDA variant needs `index_url` or `find_links`"))
+                if variant.index_url and variant.find_links:
+                    problems.append(Problem(where, "give either `index_url` or `find_links`, not both"))
+    for key, pins in m.packages.overrides.items():
+        if key not in releases:
+            problems.append(
+                Problem(f"{f}: packages.overrides.{key}", "names no framework release", allowed_list(sorted(releases)))
+            )
+        for package in pins:
+            if package not in m.packages.default:
+                problems.append(
+                    Problem(
+                        f"{f}: packages.overrides.{key}.{package}",
+                        "overrides a package the default set does not have",
+                        allowed_list(m.packages.default),
+                    )
+                )
+    for name, profile in m.mirrors.items():
+        if name == "none" and (profile.apt or profile.pypi or profile.pytorch_wheels or profile.bases):
+            problems.append(Problem(f"{f}: mirrors.none", "the `none` profile must not set any mirror"))
+        if profile.pytorch_wheels and "{variant}" not in profile.pytorch_wheels:
+            problems.append(
+                Problem(f"{f}: mirrors.{name}.pytorch_wheels", "must contain the `{variant}` placeholder (e.g. cu118)")
+            )
+    return problems
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def version_matches(full: str, wanted: str) -> bool:
+    """Whether a release is the version asked for, where a partial version names its releases: 2.1 has 2.1.2."""
+    return version_key(full)[: len(version_key(wanted))] == version_key(wanted)

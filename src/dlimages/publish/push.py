@@ -1,0 +1,706 @@
+"""Push built images to registries and prove each push by pulling its digest back.
+
+Deciding is pure (`plan_push`, `failure_kind`, `parse_digest`, `parse_remote_tag`, `daemon_treats_as_insecure`);
+`push_image` runs every command through a `Runner`, so unit tests hand in a fake docker and need no engine.
+`docker push` is streamed, so a multi-GB push shows its progress (progress.py) while it runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import hashlib
+import ipaddress
+import json
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Literal, TextIO
+
+from dlimages.build.progress import (
+    Layer,
+    ProgressDisplay,
+    PushProgress,
+    is_push_output,
+    parse_diff_ids,
+    parse_history,
+    push_layers,
+)
+from dlimages.core import usage
+from dlimages.core.errors import InputError, Problem
+from dlimages.core.references import REGISTRY_ALLOWED, ref_problems, registry_problems, registry_ref, split_tag
+from dlimages.core.runner import DEFAULT, NOT_FOUND, TIMED_OUT, Result, Runner
+
+Sleep = Callable[[float], None]
+Failure = Literal["auth", "transient", "unreachable", "other"]
+
+PUSH_TIMEOUT_S = 3600.0  # one try of a multi-GB image over a slow uplink; a hang beyond this counts as transient
+INSPECT_TIMEOUT_S = 30.0
+MAX_RETRIES = 10  # backoff doubles from 2 s: ten retries already wait 34 minutes in all
+RETRIES_ALLOWED = f"a whole number from 0 to {MAX_RETRIES}"
+# dockerd's default insecure registries, when `docker info` cannot say which it uses.
+DEFAULT_REGISTRY_CONFIG: Mapping[str, Any] = {"InsecureRegistryCIDRs": ["127.0.0.0/8"], "IndexConfigs": {}}
+
+_DIGEST_LINE = re.compile(r"^(?P<tag>\S+): digest: (?P<digest>sha256:[0-9a-f]{64}) size: \d+\s*$", re.MULTILINE)
+
+# Order matters: an engine problem is neither the registry's fault nor worth retrying, and a refusal of
+# credentials must not be mistaken for a flaky network just because the text also says "EOF" or "timeout".
+_ENGINE = re.compile(r"cannot connect to the docker daemon|error during connect|docker daemon socket", re.I)
+_AUTH = re.compile(r"unauthorized|no basic auth credentials|authentication required|\bdenied\b|\b40[13]\b", re.I)
+_UNREACHABLE = re.compile(r"no such host|server misbehaving", re.I)  # a typo'd host does not heal by waiting
+_NO_SUCH_MANIFEST = re.compile(r"^no such manifest: ", re.M)  # `docker manifest inspect`: the tag is not there
+_TRANSIENT = re.compile(
+    r"connection refused|connection reset|broken pipe|no route to host|network is unreachable"
+    r"|TLS handshake timeout|i/o timeout|timed? ?out|timeout|\bEOF\b|too many requests|\b429\b"
+    r"|status(?: code)?:? *5\d\d\b"
+    r"|\b5\d\d (?:internal server error|bad gateway|service unavailable|gateway time-?out|insufficient storage)",
+    re.I,
+)
+
+
+class PushError(Exception):
+    """A push that could not be done or not be proven; the message says what to do, results say what happened."""
+
+    def __init__(self, message: str, results: Sequence[PushResult] = ()) -> None:
+        super().__init__(message)
+        self.results = tuple(results)
+
+
+class PushInterrupted(PushError):
+    """SIGINT or SIGTERM stopped the push; the temporary tag is gone (or the message says why not)."""
+
+    def __init__(self, message: str, signal_name: str, results: Sequence[PushResult] = ()) -> None:
+        super().__init__(message, results)
+        self.signal_name = signal_name
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, as shells report a command a signal stopped: 130 SIGINT, 143 SIGTERM."""
+        return 128 + int(signal.Signals[self.signal_name])
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """One local ref pushed to one registry, and whether the registry provably serves that very image."""
+
+    registry: str
+    ref: str
+    remote_ref: str
+    digest: str | None = None
+    verified: bool = False
+    attempts: int = 0
+    error: str | None = None
+    push_seconds: float = 0.0
+    verify_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.verified and self.error is None
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "registry": self.registry,
+            "ref": self.ref,
+            "remote_ref": self.remote_ref,
+            "digest": self.digest,
+            "verified": self.verified,
+            "attempts": self.attempts,
+            "error": self.error,
+            "push_seconds": round(self.push_seconds, 3),
+            "verify_seconds": round(self.verify_seconds, 3),
+        }
+
+
+@dataclass(frozen=True)
+class PushTarget:
+    registry: str
+    ref: str
+    remote_ref: str
+
+    @property
+    def repository(self) -> str:
+        """The remote ref without its tag: what `docker pull REPOSITORY@DIGEST` takes."""
+        return split_tag(self.remote_ref)[0]
+
+    @property
+    def tag(self) -> str:
+        return split_tag(self.remote_ref)[1] or "latest"
+
+    def result(self, error: str | None, attempts: int = 0, digest: str | None = None, **seconds: float) -> PushResult:
+        """Verified exactly when nothing went wrong."""
+        return PushResult(self.registry, self.ref, self.remote_ref, digest, error is None, attempts, error, **seconds)
+
+
+@dataclass(frozen=True)
+class RemoteTag:
+    """What a registry serves under a tag: the manifest's digest and the image it names (its config digest, which
+    is the local image ID of that image), or, for a multi-platform index, how many images it lists."""
+
+    digest: str | None
+    image_id: str | None
+    platforms: int = 1
+
+    def describe(self) -> str:
+        if self.image_id is None:
+            return f"a multi-platform index of {self.platforms} images"
+        return f"manifest {self.digest} (image {self.image_id})"
+
+
+# --- deciding (pure) -------------------------------------------------------------------------------------------
+
+
+def retries_from_flag(text: str) -> int:
+    """--retries as typed (Invoke hands it over as text, so a wrong type is exit 2 here, not a traceback there)."""
+    if not re.fullmatch(r"[0-9]{1,3}", text) or int(text) > MAX_RETRIES:
+        raise InputError([Problem("--retries", f"is {text!r}", RETRIES_ALLOWED)])
+    return int(text)
+
+
+def plan_push(
+    refs: Sequence[str], registries: Sequence[str], names: Mapping[str, str] | None = None
+) -> list[PushTarget]:
+    """Every (registry, ref) pair in push order, registries outermost; every input problem reported at once.
+    A ref is published under its own name, or under `names[ref]` (tags.published_refs) where given."""
+    names = names or {}
+    problems: list[Problem] = []
+    if not refs:
+        problems.append(Problem("images", "nothing to push", "at least one built image ref"))
+    if not registries:
+        problems.append(Problem("--registry", "no registry given", REGISTRY_ALLOWED))
+    for registry in dict.fromkeys(registries):
+        problems += registry_problems(registry)
+    for ref in dict.fromkeys(refs):
+        problems += ref_problems(ref)
+        problems += ref_problems(names[ref]) if names.get(ref, ref) != ref else []
+    if problems:
+        raise InputError(problems)
+    return [
+        PushTarget(registry, ref, registry_ref(registry, names.get(ref, ref)))
+        for registry in dict.fromkeys(registries)
+        for ref in dict.fromkeys(refs)
+    ]
+
+
+def failure_kind(output: str) -> Failure:
+    """How a failed docker command failed: only "transient" is worth retrying."""
+    if _AUTH.search(output):
+        return "auth"
+    if _UNREACHABLE.search(output):
+        return "unreachable"
+    if _TRANSIENT.search(output):
+        return "transient"
+    return "other"
+
+
+def parse_remote_tag(output: str) -> RemoteTag | None:
+    """`docker manifest inspect -v` output: one image (an object) or an index (an array of images); None when it
+    is neither, so the caller cannot tell what the tag holds."""
+    try:
+        data = json.loads(output)
+        if isinstance(data, list):
+            return RemoteTag(None, None, len(data))
+        raw = base64.b64decode(data["Raw"], validate=True)
+        config = json.loads(raw)["config"]["digest"]
+        digest = data["Descriptor"]["digest"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not (isinstance(config, str) and isinstance(digest, str)):
+        return None
+    if digest != "sha256:" + hashlib.sha256(raw).hexdigest():
+        return None  # the descriptor does not describe these bytes
+    return RemoteTag(digest, config)
+
+
+def daemon_treats_as_insecure(registry: str, config: Mapping[str, Any]) -> bool:
+    """Whether dockerd talks to `registry` over plain HTTP or unverified TLS (its `insecure-registries`, 127.0.0.0/8
+    by default; `config` is `docker info`'s RegistryConfig). Only then may `docker manifest inspect --insecure`
+    do the same: elsewhere it would send the registry's credentials over a connection nobody verified.
+
+    A host name counts only when listed by name: dockerd also resolves names into the insecure CIDRs, which this
+    does not (an HTTP registry known only that way reads as "no such manifest" and is pushed as if new).
+    """
+    host_port = registry.split("/", 1)[0]
+    index = (config.get("IndexConfigs") or {}).get(host_port)
+    if isinstance(index, dict) and isinstance(index.get("Secure"), bool):
+        return not index["Secure"]
+    host = host_port[1 : host_port.find("]")] if host_port.startswith("[") else host_port.split(":", 1)[0]
+    try:
+        address = ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
+    except ValueError:
+        return False
+    for cidr in config.get("InsecureRegistryCIDRs") or ():
+        with contextlib.suppress(ValueError, TypeError):
+            if address in ipaddress.ip_network(cidr, strict=False):
+                return True
+    return False
+
+
+def parse_digest(output: str, tag: str | None = None) -> str | None:
+    """The manifest digest from `docker push` output ("TAG: digest: sha256:... size: N"), for `tag` if given."""
+    found = [(m["tag"], m["digest"]) for m in _DIGEST_LINE.finditer(output)]
+    if tag is not None:
+        found = [item for item in found if item[0] == tag] or found
+    return found[-1][1] if found else None
+
+
+# --- doing (side effects) --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """A command's last try, how many tries it took, and (when it failed) how."""
+
+    last: Result
+    attempts: int
+    kind: Failure | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.last.ok
+
+
+class _Hung(KeyboardInterrupt):
+    """A streamed command ran past its deadline. A KeyboardInterrupt, because that is what makes the runner stop
+    the command it streams (it terminates the child, then re-raises); `_Signals.bounded` turns it into a result."""
+
+
+class _Signals:
+    """SIGINT and SIGTERM during a push: the first one raises KeyboardInterrupt where the push is (which kills the
+    docker command it waits on); if it comes while a temporary tag is being removed, the removal finishes first and
+    `check` raises it after. Later signals are ignored, so the cleanup always finishes. Handlers exist only in the
+    main thread, as signals do.
+
+    SIGALRM bounds a streamed command (`bounded`): a timer thread sends it to the main thread, where it interrupts
+    the blocking read of the command's output and the handler raises _Hung."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._cleaning = False
+        self._installed = False
+        self._alarm_due = False  # a deadline passed and its SIGALRM is on its way
+        self._previous_alarm: Any = None
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.received is not None:
+            return
+        self.received = signal.Signals(signum).name
+        if not self._cleaning:
+            raise KeyboardInterrupt(self.received)
+
+    def _alarm(self, signum: int, frame: FrameType | None) -> None:
+        if self._alarm_due:
+            self._alarm_due = False
+            raise _Hung
+        if callable(self._previous_alarm):  # not ours: whoever set SIGALRM up before gets it
+            self._previous_alarm(signum, frame)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[_Signals]:
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {number: signal.signal(number, self._handle) for number in (signal.SIGINT, signal.SIGTERM)}
+        previous[signal.SIGALRM] = self._previous_alarm = signal.signal(signal.SIGALRM, self._alarm)
+        self._installed = True
+        try:
+            yield self
+        finally:
+            self._installed = False
+            for number, handler in previous.items():
+                signal.signal(number, signal.SIG_DFL if handler is None else handler)
+
+    def bounded(self, seconds: float, run: Callable[[], int]) -> int | None:
+        """run() unless it takes more than `seconds`: then it is interrupted (the runner stops its command) and the
+        answer is None. Without our handlers (off the main thread) run() is not bounded."""
+        if not self._installed:
+            return run()
+        main = threading.main_thread().ident
+        assert main is not None
+
+        def expire() -> None:
+            self._alarm_due = True
+            signal.pthread_kill(main, signal.SIGALRM)
+
+        timer = threading.Timer(seconds, expire)
+        timer.daemon = True
+        try:
+            try:
+                timer.start()
+                return run()
+            finally:
+                timer.cancel()
+                timer.join()
+                self._alarm_due = False  # too late to matter: the command has ended
+        except _Hung:
+            return None
+
+    @contextlib.contextmanager
+    def cleanup(self) -> Iterator[None]:
+        """A block a signal does not interrupt (`check` raises it afterwards)."""
+        self._cleaning = True
+        try:
+            yield
+        finally:
+            self._cleaning = False
+
+    def check(self) -> None:
+        """Raise the signal that came during a cleanup, now that the cleanup is done."""
+        if self.received is not None:
+            raise KeyboardInterrupt(self.received)
+
+
+class _Interrupted(Exception):
+    """Raised out of one target's push once its temporary tag is cleaned up; push_image words the message."""
+
+    def __init__(self, target: PushTarget, tag_note: str) -> None:
+        super().__init__(tag_note)
+        self.target = target
+        self.tag_note = tag_note
+
+
+def push_image(
+    refs: Sequence[str],
+    registries: Sequence[str],
+    *,
+    retries: int = 3,
+    backoff: float = 2.0,
+    runner: Runner = DEFAULT,
+    sleep: Sleep = time.sleep,
+    timeout: float = PUSH_TIMEOUT_S,
+    moving: Collection[str] = (),
+    force_overwrite: bool = False,
+    names: Mapping[str, str] | None = None,
+    out: TextIO | None = None,
+) -> list[PushResult]:
+    """Push every local ref to every registry and prove each push by pulling its digest back.
+
+    A ref goes to REGISTRY/REF, or to REGISTRY/`names[REF]` where given (a build of a branch: tags.published_refs).
+    Per (registry, ref): unless REF is in `moving` (a release tag or an alias, which move on purpose) or
+    `force_overwrite` is given, the tag is immutable: `docker manifest inspect` reads what the registry serves
+    under it, and a different image there refuses the push. Then `docker tag REF REGISTRY/REF`, `docker push`
+    (a transient failure is tried again up to `retries` more times, sleeping backoff, 2*backoff, 4*backoff...;
+    a refusal of credentials never is), then `docker pull REGISTRY/REPO@DIGEST` must give the local image ID.
+    The registry-prefixed tag is removed afterwards if this call made it (kept, and reported, if REF was rebuilt
+    meanwhile: it is then the pushed image's last tag), also when SIGINT or SIGTERM stops the push (which then
+    raises PushInterrupted); local tags and images are never touched. Once a registry refuses the credentials or
+    cannot be reached, its remaining refs are not tried.
+
+    Each `docker push` shows its progress on `out` (stdout when None): layers done of all, their uncompressed
+    bytes, elapsed time; one line rewritten in place on a terminal, else a line per finished layer and at least
+    one every 30 s. Each try of a push is stopped after `timeout` seconds (a hang is a transient failure).
+
+    Returns the results when every push was verified; otherwise raises PushError whose message names each
+    failure and what to do, with all results attached. Raises InputError for bad refs or registries, or
+    refs that are not local images.
+    """
+    problems = []
+    if not 0 <= retries <= MAX_RETRIES:
+        problems.append(Problem("--retries", f"is {retries}", RETRIES_ALLOWED))
+    if backoff < 0:
+        problems.append(Problem("--backoff", f"is {backoff}", "0 or more seconds"))
+    if problems:
+        raise InputError(problems)
+    targets = plan_push(refs, registries, names)
+    signals = _Signals()
+    settings = _Settings(runner, sleep, retries, backoff, timeout, signals, sys.stdout if out is None else out)
+    results: list[PushResult] = []
+    with signals.installed():
+        try:
+            local_ids = _local_ids(runner, list(dict.fromkeys(refs)))
+            given_up: dict[str, str] = {}  # registry -> why the rest of its refs are not tried
+            for target in targets:
+                if target.registry in given_up:
+                    results.append(target.result(given_up[target.registry]))
+                    continue
+                immutable = not force_overwrite and target.ref not in moving
+                result, give_up = _push_one(target, local_ids[target.ref], settings, signals, immutable)
+                if give_up and result.error:
+                    given_up[target.registry] = result.error
+                results.append(result)
+                signals.check()
+        except _Interrupted as stopped:
+            raise _interrupted(signals.received, results, stopped.target, stopped.tag_note) from None
+        except KeyboardInterrupt:
+            raise _interrupted(signals.received, results) from None
+
+    failed = [result for result in results if not result.ok]
+    if failed:
+        lines = [f"{len(failed)} of {len(results)} pushes failed:"]
+        lines += [f"- {error}" for error in dict.fromkeys(str(r.error) for r in failed)]
+        raise PushError("\n".join(lines), results)
+    return results
+
+
+@dataclass
+class _Settings:
+    """How every docker command of one push_image call runs."""
+
+    runner: Runner
+    sleep: Sleep
+    retries: int
+    backoff: float
+    timeout: float
+    signals: _Signals
+    out: TextIO
+    _registry_config: Mapping[str, Any] | None = None
+    _layers: dict[str, tuple[Layer, ...]] = field(default_factory=dict)  # image ID -> its layers
+
+    def with_retries(self, argv: list[str], timeout: float | None = None) -> _Outcome:
+        def once(_attempt: int) -> Result:
+            return self.runner(argv, timeout=timeout or self.timeout)
+
+        return _with_retries(once, self.retries, self.backoff, self.sleep)
+
+    def push(self, target: PushTarget, local_id: str) -> _Outcome:
+        """`docker push`, streamed with its progress shown, tried again as `with_retries` does."""
+        if local_id not in self._layers:
+            self._layers[local_id] = _image_layers(self.runner, local_id)
+        layers = self._layers[local_id]
+        return _with_retries(
+            lambda attempt: _stream_push(target, layers, attempt, self), self.retries, self.backoff, self.sleep
+        )
+
+    def insecure(self, registry: str) -> bool:
+        """Whether dockerd reaches `registry` without verified TLS (its RegistryConfig is read once, when needed)."""
+        if self._registry_config is None:
+            self._registry_config = _registry_config(self.runner)
+        return daemon_treats_as_insecure(registry, self._registry_config)
+
+
+def _interrupted(
+    signal_name: str | None, results: Sequence[PushResult], target: PushTarget | None = None, tag_note: str = ""
+) -> PushInterrupted:
+    name = signal_name or "SIGINT"  # Ctrl-C where no handler of ours runs (another thread)
+    done = sum(result.ok for result in results)
+    if target is None:
+        lines = [f"interrupted by {name}: no temporary tag is left and nothing local was changed."]
+    else:
+        lines = [
+            f"interrupted by {name} while pushing {target.ref} to {target.registry}: {tag_note}, and nothing else "
+            f"local was changed; {target.registry} has {target.remote_ref} only if its upload had finished."
+        ]
+    lines.append(f"{done} {'push was' if done == 1 else 'pushes were'} finished and verified before that.")
+    return PushInterrupted("\n".join(lines), name, results)
+
+
+def _registry_config(runner: Runner) -> Mapping[str, Any]:
+    """dockerd's RegistryConfig (which registries it reaches without verified TLS), or its defaults."""
+    done = runner(["docker", "info", "--format", "{{json .RegistryConfig}}"], timeout=INSPECT_TIMEOUT_S)
+    try:
+        config = json.loads(done.out) if done.ok else None
+    except ValueError:
+        config = None
+    return config if isinstance(config, dict) else DEFAULT_REGISTRY_CONFIG
+
+
+def _local_ids(runner: Runner, refs: list[str]) -> dict[str, str]:
+    """The image ID of each local ref; InputError naming every ref that is not a local image."""
+    ids: dict[str, str] = {}
+    missing: list[Problem] = []
+    for ref in refs:
+        done = runner(["docker", "image", "inspect", "--format", "{{.Id}}", ref], timeout=INSPECT_TIMEOUT_S)
+        if done.ok and done.out.strip():
+            ids[ref] = done.out.strip()
+            continue
+        if _ENGINE.search(done.err or done.out) or done.hung or done.missing:
+            raise PushError(f"the Docker engine is not reachable ({done.last_line}): is dockerd running?")
+        missing.append(Problem(f"image '{ref}'", "is not a local image", f"a ref built by `{usage.BUILD}`"))
+    if missing:
+        raise InputError(missing)
+    return ids
+
+
+def _push_one(
+    target: PushTarget, local_id: str, settings: _Settings, signals: _Signals, immutable: bool
+) -> tuple[PushResult, bool]:
+    """The result, and whether the registry's other refs are not worth trying (credentials refused, unreachable)."""
+    runner, ref, remote, result = settings.runner, target.ref, target.remote_ref, target.result
+
+    existing = runner.image_id(remote)
+    if existing is not None and existing != local_id:
+        return result(f"{remote} already tags another local image ({existing[:19]}); remove that tag first"), False
+    if immutable:
+        refused, give_up, attempts = _immutable_tag_problem(target, local_id, settings)
+        if refused:
+            return result(refused, attempts), give_up
+    made_tag = existing is None
+    try:
+        if made_tag:
+            done = runner(["docker", "tag", ref, remote], timeout=INSPECT_TIMEOUT_S)
+            if not done.ok:
+                return result(f"`docker tag {ref} {remote}` failed: {done.last_line}"), False
+        pushed, give_up = _push_tagged(target, local_id, settings)
+    except KeyboardInterrupt:
+        with signals.cleanup():
+            left = _untag(runner, ref, remote, local_id) if made_tag else None
+        note = left or (f"the temporary tag {remote} was removed" if made_tag else f"{remote} was tagged before: kept")
+        raise _Interrupted(target, note) from None
+    with signals.cleanup():
+        left = _untag(runner, ref, remote, local_id) if made_tag else None
+    if left:
+        pushed = dataclasses.replace(pushed, error=f"{pushed.error}; {left}" if pushed.error else left)
+    return pushed, give_up
+
+
+def _immutable_tag_problem(target: PushTarget, local_id: str, settings: _Settings) -> tuple[str | None, bool, int]:
+    """Why the registry's copy of this immutable tag forbids the push (None: absent, or the very same image),
+    whether the registry's other refs are not worth trying, and how many tries reading the registry took when it
+    failed (a registry that refuses the credentials or is down counts as the push's attempts)."""
+    insecure = ["--insecure"] if settings.insecure(target.registry) else []
+    argv = ["docker", "manifest", "inspect", "-v", *insecure, target.remote_ref]
+    looked = settings.with_retries(argv, INSPECT_TIMEOUT_S)
+    if not looked.ok:
+        if _NO_SUCH_MANIFEST.search(looked.last.err or looked.last.out):
+            return None, False, 0
+        if looked.kind in ("auth", "transient", "unreachable"):
+            return _push_message(target, looked), True, looked.attempts
+        return (
+            (
+                f"cannot tell which image {target.registry} serves under the immutable tag {target.tag} "
+                f"({looked.last.last_line}), so {target.ref} was not pushed: --force-overwrite pushes without looking"
+            ),
+            False,
+            0,
+        )
+    remote = parse_remote_tag(looked.last.out)
+    if remote is None:
+        return (
+            (
+                f"cannot read what {target.registry} serves under the immutable tag {target.tag} (unexpected output of "
+                f"`docker manifest inspect`), so {target.ref} was not pushed: --force-overwrite pushes without looking"
+            ),
+            False,
+            0,
+        )
+    if remote.image_id == local_id:
+        return None, False, 0
+    return (
+        (
+            f"{target.remote_ref} is an immutable tag and {target.registry} already has another image under it: "
+            f"the registry serves {remote.describe()}, {target.ref} is image {local_id}; nothing was pushed. "
+            "Release it under a new tag, or give --force-overwrite to replace the registry's image"
+        ),
+        False,
+        0,
+    )
+
+
+def _push_tagged(target: PushTarget, local_id: str, settings: _Settings) -> tuple[PushResult, bool]:
+    registry, ref, remote, result = target.registry, target.ref, target.remote_ref, target.result
+    runner = settings.runner
+
+    started = time.monotonic()
+    pushed = settings.push(target, local_id)
+    push_seconds = time.monotonic() - started
+    if not pushed.ok:
+        give_up = pushed.kind in ("auth", "transient", "unreachable")
+        return result(_push_message(target, pushed), pushed.attempts, push_seconds=push_seconds), give_up
+    digest = parse_digest(pushed.last.out, target.tag)
+    if digest is None:
+        no_digest = f"`docker push {remote}` succeeded but printed no digest: {pushed.last.last_line}"
+        return result(no_digest, pushed.attempts, push_seconds=push_seconds), False
+
+    # The daemon checks that the manifest it fetches hashes to `digest`, and the image ID is the digest
+    # of the config that manifest names: equal IDs prove the registry serves exactly the local image.
+    # Layers are not downloaded again (they are local); the registry refused the manifest had any been missing.
+    started = time.monotonic()
+    pinned = f"{target.repository}@{digest}"
+    pulled = settings.with_retries(["docker", "pull", pinned])
+    pulled_id = runner.image_id(pinned) if pulled.ok else None
+    verify_seconds = time.monotonic() - started
+    error: str | None = None
+    if not pulled.ok:
+        error = f"{registry} took {ref} as {digest}, but pulling it back failed: {pulled.last.last_line}"
+    elif pulled_id != local_id:
+        error = f"verification failed: {pinned} is image {pulled_id}, but {ref} is {local_id}"
+    seconds = {"push_seconds": push_seconds, "verify_seconds": verify_seconds}
+    return result(error, pushed.attempts, digest, **seconds), False
+
+
+def _push_message(target: PushTarget, outcome: _Outcome) -> str:
+    registry, ref = target.registry, target.ref
+    if outcome.kind == "auth":
+        return f"{registry} refused the credentials for {ref}: run `docker login {registry}` (or check --registry)"
+    if outcome.kind in ("transient", "unreachable"):
+        return f"{registry} is not reachable ({outcome.last.last_line}): is it running? nothing local was changed"
+    return f"{registry} rejected {ref}: {outcome.last.last_line}"
+
+
+def _with_retries(once: Callable[[int], Result], retries: int, backoff: float, sleep: Sleep) -> _Outcome:
+    attempt = 0
+    while True:
+        attempt += 1
+        done = once(attempt)
+        if done.ok:
+            return _Outcome(done, attempt)
+        kind = failure_kind(done.err or done.out)  # stdout holds progress lines, which say nothing
+        if kind != "transient" or attempt > retries:
+            return _Outcome(done, attempt, kind)
+        sleep(backoff * 2 ** (attempt - 1))
+
+
+def _image_layers(runner: Runner, image_id: str) -> tuple[Layer, ...]:
+    """The image's layers as `docker push` names them, with their uncompressed sizes where history tells them;
+    none when the engine cannot say (the progress then counts the layers docker names, without bytes)."""
+    inspect = ["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", image_id]
+    rootfs = runner(inspect, timeout=INSPECT_TIMEOUT_S)
+    diff_ids = parse_diff_ids(rootfs.out) if rootfs.ok else None
+    if not diff_ids:
+        return ()
+    rows = ["docker", "history", "--human=false", "--no-trunc", "--format", "{{.Size}} {{json .CreatedBy}}", image_id]
+    history = runner(rows, timeout=INSPECT_TIMEOUT_S)
+    return push_layers(diff_ids, parse_history(history.out) if history.ok else None)
+
+
+def _stream_push(target: PushTarget, layers: Sequence[Layer], attempt: int, settings: _Settings) -> Result:
+    """One try of `docker push`, its output streamed through a PushProgress; the Result a captured run would give
+    (docker's progress lines as stdout, anything else, its errors, as stderr), 124 when it passed the timeout."""
+    argv = ("docker", "push", target.remote_ref)
+    display = ProgressDisplay(PushProgress(target.ref, target.registry, layers, attempt=attempt), settings.out)
+    lines: list[str] = []
+
+    def on_line(line: str) -> None:
+        lines.append(line)
+        display.feed(line)
+
+    try:
+        with display.ticking():
+            code = settings.signals.bounded(settings.timeout, lambda: settings.runner.stream(argv, on_line))
+    except KeyboardInterrupt:
+        display.finish("interrupted")
+        raise
+    if code is None:
+        lines.append(f"docker push timed out after {settings.timeout:g} s")
+        display.finish(f"stopped after {settings.timeout:g} s")
+    else:
+        display.finish(None if code == 0 else f"failed (exit {code})")
+    out = "".join(f"{line}\n" for line in lines if is_push_output(line))
+    err = "".join(f"{line}\n" for line in lines if not is_push_output(line))
+    if code is None:
+        return Result(argv, TIMED_OUT, out, err, hung=True)
+    return Result(argv, code, out, err, missing=code == NOT_FOUND)
+
+
+def _untag(runner: Runner, ref: str, remote: str, local_id: str) -> str | None:
+    """Remove the registry-prefixed tag this run made; None when done, else why it stays.
+
+    Only while `ref` still holds the image, so rmi can only untag: if `ref` was rebuilt meanwhile, the temporary
+    tag is the image's last name and removing it would delete the image.
+    """
+    if runner.image_id(remote) != local_id:
+        return None  # someone else moved or removed it: no longer ours
+    if runner.image_id(ref) != local_id:
+        return (
+            f"{ref} now names another image (rebuilt during the push?), so what was pushed is not what {ref} is; "
+            f"{remote} was kept because it is the pushed image's last tag: `docker rmi {remote}` deletes it"
+        )
+    done = runner(["docker", "rmi", "--no-prune", remote], timeout=INSPECT_TIMEOUT_S)
+    if not done.ok:
+        return f"could not remove the temporary tag {remote}: {done.last_line}"
+    return None

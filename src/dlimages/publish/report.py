@@ -1,0 +1,104 @@
+"""What a published image is, for the build report: ID, size, labels, pip and dpkg packages, where it was pushed.
+
+`image_manifest` asks the engine (through the runner); `build_report` is pure; `write_report` writes atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dlimages.core.errors import InputError, Problem
+from dlimages.core.files import write_atomic
+from dlimages.core.runner import DEFAULT, Runner
+from dlimages.publish.push import INSPECT_TIMEOUT_S, PushError, PushResult
+
+MANIFEST_TIMEOUT_S = 300.0
+VENV_PYTHON = "/opt/venv/bin/python"
+BASE_LABEL = "org.opencontainers.image.base"
+
+
+def build_report(
+    results: Iterable[PushResult],
+    manifests: Mapping[str, Mapping[str, Any]],
+    cells: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """One entry per local ref: the cell it was built from (from the build ledger; None for an image built
+    elsewhere), the base it was built FROM (its org.opencontainers.image.base.* labels: registry, repository and
+    tag, and digest), its manifest (`image_manifest`) and where it was pushed, in a stable order."""
+    pushed: dict[str, list[dict[str, object]]] = {}
+    for result in results:
+        pushed.setdefault(result.ref, []).append(result.as_json())
+    refs = sorted(set(pushed) | set(manifests))
+    return [
+        {
+            "ref": ref,
+            "cell": (cells or {}).get(ref),
+            "base": _base(manifests.get(ref, {})),
+            "image": dict(manifests.get(ref, {})),
+            "pushed": sorted(pushed.get(ref, []), key=lambda item: str(item["remote_ref"])),
+        }
+        for ref in refs
+    ]
+
+
+def _base(manifest: Mapping[str, Any]) -> dict[str, str | None]:
+    labels = manifest.get("labels") or {}
+    return {
+        "name": labels.get(f"{BASE_LABEL}.name"),
+        "digest": labels.get(f"{BASE_LABEL}.digest") or None,  # empty: a base made on the build machine
+    }
+
+
+def image_manifest(image_ref: str, runner: Runner = DEFAULT, *, python: str | None = VENV_PYTHON) -> dict[str, Any]:
+    """What a published image is: ID, size in bytes, labels, pip packages (via `python`) and installed dpkg packages.
+
+    `python=None` records "pip": None for images without a Python environment. Raises PushError when the
+    image cannot be inspected or a listing fails.
+    """
+    done = runner(["docker", "image", "inspect", image_ref], timeout=INSPECT_TIMEOUT_S)
+    if not done.ok:
+        raise PushError(f"cannot inspect {image_ref}: {done.last_line}")
+    info = json.loads(done.out)[0]
+    manifest: dict[str, Any] = {
+        "ref": image_ref,
+        "id": info["Id"],
+        "size": int(info["Size"]),
+        "repo_digests": sorted(info.get("RepoDigests") or []),
+        "labels": dict(sorted(((info.get("Config") or {}).get("Labels") or {}).items())),
+        "pip": None,
+    }
+    if python is not None:
+        argv = ["docker", "run", "--rm", "--entrypoint", python, image_ref, "-m", "pip", "list", "--format=json"]
+        pip = _checked(runner, argv, image_ref, "pip list")
+        packages = json.loads(pip)
+        manifest["pip"] = {item["name"]: item["version"] for item in sorted(packages, key=lambda i: i["name"].lower())}
+    # The status column keeps out packages that are only remembered (removed, config files left).
+    status_format = "${db:Status-Abbrev}\t${Package}=${Version}\n"
+    argv = ["docker", "run", "--rm", "--entrypoint", "dpkg-query", image_ref, "-W", "-f", status_format]
+    dpkg = _checked(runner, argv, image_ref, "dpkg-query")
+    installed = [line.split("\t", 1)[1] for line in dpkg.splitlines() if line.startswith("ii")]
+    manifest["dpkg"] = dict(sorted(entry.split("=", 1) for entry in installed))
+    return manifest
+
+
+def _checked(runner: Runner, argv: list[str], image_ref: str, what: str) -> str:
+    done = runner(argv, timeout=MANIFEST_TIMEOUT_S)
+    if not done.ok:
+        raise PushError(f"{what} in {image_ref} failed: {done.last_line}")
+    return done.out
+
+
+def write_report(path: Path, entries: object) -> None:
+    """Write `entries` as JSON with sorted keys, atomically: readers see the old report or the new one, never half."""
+    write_atomic(path, json.dumps(entries, sort_keys=True, indent=2) + "\n")
+
+
+def report_target(root: Path, report: str) -> Path:
+    """Where --report writes, checked before anything is pushed; InputError for an empty name or a folder."""
+    path = root / report
+    if not report or path.is_dir():
+        raise InputError([Problem("--report", f"{report!r} is not a file name", "a JSON file to write")])
+    return path

@@ -1,0 +1,185 @@
+"""The proof of reproducibility (`invoke repro`): build the same source twice from empty caches, or once against an
+image built before, and compare the two images down to the file (layerdiff.py).
+
+A build from a tree with uncommitted changes is never called reproducible: the commit alone cannot rebuild it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlimages.core.errors import InputError, Problem
+from dlimages.core.references import image_problems
+from dlimages.core.runner import Runner
+from dlimages.repro.layerdiff import CompareError, ImageComparison, compare_images
+
+# Empty caches: no layer is reused (--no-cache) and pip's download cache (a BuildKit cache mount) is emptied too.
+PRUNE_CACHE_MOUNTS = ["docker", "builder", "prune", "--force", "--filter", "type=exec.cachemount"]
+PRUNE_TIMEOUT_S = 300.0
+DOCKERFILE_EPOCH = 1700000000  # 2023-11-14T22:13:20Z: any fixed time will do for a Dockerfile outside the matrix
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What `invoke repro` found for one build: the two image IDs and, when they differ, what differs."""
+
+    name: str
+    first: str | None
+    second: str | None
+    comparison: ImageComparison | None = None
+    problem: str = ""  # a build or the comparison failed
+    seconds: tuple[float, ...] = ()
+    dirty: bool = False
+    against: str | None = None  # the first image was given, not built
+
+    @property
+    def reproducible(self) -> bool:
+        return not self.problem and self.comparison is not None and self.comparison.identical and not self.dirty
+
+    def report(self) -> str:
+        lines = [f"{self.name}:"]
+        builds = list(self.seconds)
+        if self.against is not None:
+            lines.append(f"  given: {self.first or 'missing'} ({self.against})")
+        for number, image in enumerate([self.second] if self.against else [self.first, self.second], start=1):
+            if builds:
+                lines.append(f"  cold build {number}: {image or 'failed'} ({builds.pop(0):.0f} s)")
+        if self.problem:
+            lines.append(f"  NOT SHOWN REPRODUCIBLE: {self.problem}")
+        elif self.comparison is not None and self.comparison.identical:
+            lines.append("  identical: the same image ID (config and every layer, byte for byte)")
+        elif self.comparison is not None:
+            lines.append("  DIFFERENT:")
+            lines += [f"    {line}" for line in self.comparison.format().splitlines()]
+        if self.dirty:
+            lines.append(
+                "  NOT REPRODUCIBLE from a commit: the tree has uncommitted changes (the label says -dirty); "
+                "commit them and run again"
+            )
+        return "\n".join(lines)
+
+
+def cold(build: Sequence[str], iidfile: Path) -> list[str]:
+    """A `docker buildx build` argv with no cache and its own image-ID file (a repro build never tags anything)."""
+    argv = [word for word in build if word != "--no-cache"]
+    if "--iidfile" in argv:
+        argv[argv.index("--iidfile") + 1] = str(iidfile)
+    else:
+        argv[-1:-1] = ["--iidfile", str(iidfile)]
+    argv.insert(argv.index("build") + 1, "--no-cache")
+    return argv
+
+
+def dockerfile_build(dockerfile: Path, context: Path, epoch: int) -> list[str]:
+    """The build `invoke repro --dockerfile` checks: any Dockerfile, with the same reproducibility settings as a
+    cell's build (SOURCE_DATE_EPOCH, no attestations)."""
+    return [
+        "docker", "buildx", "build", "--progress=plain", "--load", "--provenance=false", "--sbom=false",
+        "--file", str(dockerfile), "--build-arg", f"SOURCE_DATE_EPOCH={epoch}", str(context),
+    ]  # fmt: skip
+
+
+def flag_problems(
+    dockerfile: str | None, context: str | None, against: str | None, cell_flags: Mapping[str, str | None]
+) -> list[Problem]:
+    """What `invoke repro`'s flags cannot mean together: `cell_flags` (flag -> value, None when not given) choose
+    and shape a cell's build, which --dockerfile replaces with a build of that file, so they would be ignored;
+    --context is the context of --dockerfile only; --against names a local image. Checked before any engine."""
+    problems = image_problems([against], "--against") if against is not None else []
+    given = [flag for flag, value in cell_flags.items() if value is not None]
+    if dockerfile is not None and given:
+        problems.append(
+            Problem(
+                "--dockerfile",
+                f"cannot be combined with {', '.join(given)}: those build a cell of the matrix, --dockerfile builds "
+                "the file given instead",
+                "--dockerfile [--context] [--against], or the cell flags without --dockerfile",
+            )
+        )
+    if dockerfile is None and context is not None:
+        problems.append(Problem("--context", "only with --dockerfile (a cell is built from the repository)"))
+    return problems
+
+
+def dockerfile_flags(dockerfile: str, context: str | None) -> tuple[Path, Path, int]:
+    """--dockerfile/--context checked (InputError otherwise), with a fixed SOURCE_DATE_EPOCH: the Dockerfile's own
+    time would differ between checkouts."""
+    path = Path(dockerfile)
+    folder = Path(context) if context is not None else path.parent
+    problems = []
+    if not path.is_file():
+        problems.append(Problem("--dockerfile", f"no such file: {dockerfile}", "a Dockerfile"))
+    if not folder.is_dir():
+        problems.append(Problem("--context", f"no such folder: {folder}", "the build context folder"))
+    if problems:
+        raise InputError(problems)
+    return path.absolute(), folder.absolute(), DOCKERFILE_EPOCH
+
+
+def build_cold(
+    build: Sequence[str], iidfile: Path, root: Path, runner: Runner, on_line: Callable[[str], None]
+) -> tuple[str | None, float, str]:
+    """One cold build: (image ID or None, seconds, why it failed)."""
+    prune = runner(PRUNE_CACHE_MOUNTS, timeout=PRUNE_TIMEOUT_S)
+    if not prune.ok:
+        return None, 0.0, f"could not empty the build cache: {prune.last_line}"
+    argv = cold(build, iidfile)
+    iidfile.parent.mkdir(parents=True, exist_ok=True)
+    iidfile.unlink(missing_ok=True)
+    tail: list[str] = []
+
+    def show(line: str) -> None:
+        on_line(line)
+        tail[:] = [*tail[-19:], line]
+
+    start = time.monotonic()
+    code = runner.stream(argv, show, cwd=root)
+    seconds = time.monotonic() - start
+    if code != 0 or not iidfile.is_file():
+        last = next((line.strip() for line in reversed(tail) if line.strip()), "no output")
+        return None, seconds, f"the build failed (exit {code}): {last[:300]}"
+    return iidfile.read_text().strip(), seconds, ""
+
+
+def reproduce(
+    name: str,
+    build: Sequence[str],
+    root: Path,
+    runner: Runner,
+    workdir: Path,
+    *,
+    against: str | None = None,
+    dirty: bool = False,
+    on_line: Callable[[str], None] = print,
+    compare: Callable[[str, str], ImageComparison] | None = None,
+) -> Outcome:
+    """Run the `build` argv cold twice (or once, compared with the image `against` names); compare the results."""
+    seconds: list[float] = []
+    images: list[str] = []
+    if against is not None:
+        known = runner.image_id(against)
+        if known is None:
+            return Outcome(name, None, None, problem=f"no local image {against!r} to compare with", against=against)
+        images.append(known)
+    while len(images) < 2:
+        image, took, problem = build_cold(build, workdir / f"repro-{len(images) + 1}.iid", root, runner, on_line)
+        seconds.append(took)
+        if image is None:
+            return Outcome(name, *_pad(images), problem=problem, seconds=tuple(seconds), dirty=dirty, against=against)
+        images.append(image)
+    compare = compare or (lambda a, b: compare_images(a, b, runner=runner))
+    try:
+        comparison = compare(images[0], images[1])
+    except CompareError as error:
+        return Outcome(
+            name, images[0], images[1], problem=str(error), seconds=tuple(seconds), dirty=dirty, against=against
+        )
+    return Outcome(name, images[0], images[1], comparison, seconds=tuple(seconds), dirty=dirty, against=against)
+
+
+def _pad(images: Sequence[str]) -> tuple[str | None, str | None]:
+    first = images[0] if images else None
+    return first, (images[1] if len(images) > 1 else None)
