@@ -84,6 +84,12 @@ as_user push "invoke push --registry $registry --report .work/build-report.json"
 [[ "$(remote_digest)" == "$root_digest" ]] || die "the registry's $image moved from $root_digest"
 log "push: the registry still holds $root_digest"
 
+# The main job's install has no test tools: `invoke test` names the extra that brings them, exit 2, nothing run.
+code=0
+as_user test-missing "invoke test" || code=$?
+((code == 2)) || die "invoke test without the test tools exited $code, not 2"
+grep -qF "pip install -e '.[test]'" "$out/test-missing.log" || die "invoke test did not name the test extra"
+as_user install-test "python -m pip install --quiet -e '.[test]'" || die "pip install -e '.[test]' failed"
 as_user test "invoke test" || die "invoke test failed"
 
 code=0

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Bring up a Docker engine with BuildKit (buildx) on a Debian 12 host, idempotently.
 #
-# Usage: scripts/engine.sh [--mirror URL]                  the host's engine (the one `docker` talks to by default)
-#        scripts/engine.sh --own DIR [--mirror URL]        an engine of its own: data root, sockets and log under DIR
-#        scripts/engine.sh --stop-own DIR                  stop that engine and delete DIR
+# Usage: scripts/engine.sh [--mirror URL] [--fixtures]             the host's engine (the one `docker` talks to)
+#        scripts/engine.sh --own DIR [--mirror URL] [--fixtures]   an engine of its own: data root, sockets, log in DIR
+#        scripts/engine.sh --stop-own DIR                          stop that engine and delete DIR
 # Without --own: if an engine already answers `docker info`, it is used as is and nothing is installed. Tasks that
 # need the engine run this themselves when none answers (`--no-engine-setup` or DLIMAGES_NO_ENGINE_SETUP=1 turns that
 # off). Installing packages and starting dockerd need root; a member of the `docker` group needs neither once an
@@ -12,7 +12,9 @@
 # run never touches the host's engine, images or build cache and leaves nothing behind (`--stop-own` deletes DIR,
 # and only a DIR this script made). It refuses to start beside another dockerd: a second daemon takes over the
 # first one's bridge (docker0) and iptables chains and breaks its builds.
-#   --mirror  Debian mirror to install from (default: this host's, read from its apt sources)
+#   --mirror    Debian mirror to install from (default: this host's, read from its apt sources)
+#   --fixtures  also the image tests' tools (a registry, htpasswd, openssl, a browser): `invoke ci` asks for them; a
+#               user who only builds gets the engine and what builds use (skopeo, mmdebstrap), nothing else
 # Env:   DOCKERD_LOG (default /var/log/dockerd.log), DOCKERD_TIMEOUT (seconds, default 60),
 #        DOCKERD_DATA_ROOT (default /var/lib/docker)
 #
@@ -35,10 +37,13 @@ readonly OWN_MARK=.dlimages-engine
 readonly TRIXIE_SOURCES=/etc/apt/sources.list.d/dlimages-trixie.sources
 readonly TRIXIE_PIN=/etc/apt/preferences.d/dlimages-trixie
 # bookworm ships no buildx; trixie's is a static Go binary that depends on libc6 only.
+# skopeo: `invoke bases` and `bases.mirror`; mmdebstrap: `invoke base` (the offline Debian base).
+readonly PACKAGES=(containerd runc iptables tini skopeo mmdebstrap)
+# --fixtures: docker-registry, apache2-utils (htpasswd), openssl: the tests' local registries (.ci/registry.sh);
 # chromium, chromium-driver: the image tests' browser (tests/image/test_browser.py); fonts-dejavu-core: text in its
 # screenshots (installed without recommends, Chromium brings no font of its own).
-readonly PACKAGES=(containerd runc iptables tini skopeo mmdebstrap docker-registry apache2-utils openssl
-    chromium chromium-driver fonts-dejavu-core)
+readonly FIXTURE_PACKAGES=(docker-registry apache2-utils openssl chromium chromium-driver fonts-dejavu-core)
+FIXTURES=0
 readonly DOCKER_VERSION=26.1.5+dfsg1-9+deb13u1+b1
 readonly ENGINE_PACKAGES=("docker.io=$DOCKER_VERSION" "docker-cli=$DOCKER_VERSION" docker-buildx)
 # The oldest engine whose BuildKit honours SOURCE_DATE_EPOCH (BuildKit 0.11 came with Docker 23.0).
@@ -91,15 +96,43 @@ Pin: release n=trixie
 Pin-Priority: 990
 EOF
 
-    log "apt-get update"
-    apt-get update -qq || die "apt-get update failed"
-    log "installing: ${PACKAGES[*]} ${ENGINE_PACKAGES[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --allow-downgrades \
-        "${PACKAGES[@]}" "${ENGINE_PACKAGES[@]}" >/dev/null \
-        || die "apt-get install failed (see output above)"
+    local packages
+    mapfile -t packages < <(wanted_packages)
+    apt_install "${packages[@]}"
     local origin
     origin="$(apt-cache policy docker-buildx | awk '/\*\*\*/ {getline; print $2, $3}')"
     log "docker-buildx $(dpkg-query -W -f='${Version}' docker-buildx) from $origin"
+}
+
+# What an install brings: the engine and what builds use, and with --fixtures the tests' tools.
+wanted_packages() {
+    printf '%s\n' "${PACKAGES[@]}" "${ENGINE_PACKAGES[@]}"
+    if ((FIXTURES)); then printf '%s\n' "${FIXTURE_PACKAGES[@]}"; fi
+}
+
+apt_install() {
+    log "apt-get update"
+    apt-get update -qq || die "apt-get update failed"
+    log "installing: $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --allow-downgrades "$@" >/dev/null \
+        || die "apt-get install failed (see output above)"
+}
+
+# With --fixtures: true when one of the fixture packages is not installed.
+fixtures_missing() {
+    ((FIXTURES)) || return 1
+    local package
+    for package in "${FIXTURE_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || return 0
+    done
+    return 1
+}
+
+# An engine that answers is never reinstalled: only the fixtures, from the host's own apt sources.
+install_fixtures_if_missing() {
+    fixtures_missing || return 0
+    need_root "installing the test fixtures" "--fixtures"
+    apt_install "${FIXTURE_PACKAGES[@]}"
 }
 
 # The CLI at /usr/local/bin/docker looks in ~/.docker/cli-plugins, /usr/local/lib/docker/cli-plugins,
@@ -177,10 +210,11 @@ install_if_missing() {
 
 main() {
     if engine_answers; then
-        log "engine already answers; installing nothing"
+        log "engine already answers; leaving it as it is"
         docker version --format 'engine.sh: client {{.Client.Version}}, server {{.Server.Version}} (API {{.Server.APIVersion}})'
         docker buildx version 2>/dev/null | sed 's/^/engine.sh: /' || log "warning: no buildx plugin visible"
         warn_if_not_reproducible
+        install_fixtures_if_missing
         return
     fi
     need_root "installing and starting the Docker engine"
@@ -201,6 +235,8 @@ own() {
     [[ -z "$other" ]] || die "another dockerd runs (pid $other): a second one would take over its bridge (docker0) and iptables chains; stop it first"
     if ! command -v dockerd >/dev/null || ! docker buildx version >/dev/null 2>&1; then
         install_if_missing "$mirror"
+    else
+        install_fixtures_if_missing
     fi
     getent group docker >/dev/null || die "no 'docker' group (Debian's docker.io makes it)"
     chmod 0711 "$dir"  # members of the docker group reach DIR/docker.sock; nothing else in DIR is theirs
@@ -231,13 +267,19 @@ stop_own() {
 # Sourced (the tests do, for its functions): define them, run nothing.
 [[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 
-case "${1:-}" in
-    --mirror) main "${2:?--mirror needs a URL}" ;;
-    --own)
-        [[ "${3:-}" == "" || "${3:-}" == --mirror ]] || die "unknown argument '$3'"
-        own "${2:?--own needs a folder}" "${4:-}"
-        ;;
-    --stop-own) stop_own "${2:?--stop-own needs a folder}" ;;
-    "") main ;;
-    *) die "unknown argument '$1' (usage: scripts/engine.sh [--mirror URL] | --own DIR [--mirror URL] | --stop-own DIR)" ;;
+mode=main dir="" mirror=""
+while (($#)); do
+    case "$1" in
+        --mirror) mirror="${2:?--mirror needs a URL}" && shift ;;
+        --own) mode=own dir="${2:?--own needs a folder}" && shift ;;
+        --stop-own) mode=stop_own dir="${2:?--stop-own needs a folder}" && shift ;;
+        --fixtures) FIXTURES=1 ;;
+        *) die "unknown argument '$1' (usage: scripts/engine.sh [--mirror URL] [--fixtures] | --own DIR [--mirror URL] [--fixtures] | --stop-own DIR)" ;;
+    esac
+    shift
+done
+case "$mode" in
+    main) main "$mirror" ;;
+    own) own "$dir" "$mirror" ;;
+    stop_own) stop_own "$dir" ;;
 esac

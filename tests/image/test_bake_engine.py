@@ -21,7 +21,7 @@ import pytest
 from support import require_engine
 
 from dlimages.build.bake import target_name
-from dlimages.build.builder import run_bakes
+from dlimages.build.builder import run_builds
 from dlimages.build.plan import BuildPlan, Secrets, plan_run
 from dlimages.commands.ci_plan import BUILDS
 from dlimages.core.runner import DEFAULT as RUNNER
@@ -163,7 +163,7 @@ def test_both_ci_cells_in_one_bake_give_what_build_gives(
         mirror = flags_of(line)["mirror"]
         plans += plan_run(clone, project.matrix, [cell], mirror, secrets, RUNNER, workdir=tmp_path)
     assert len({target_name(plan) for plan in plans}) == 2
-    results = run_bakes(plans, clone, tmp_path, jobs=2, keep_going=False, out=io.StringIO())
+    results = run_builds(plans, clone, workdir=tmp_path, bake_jobs=2, keep_going=False, out=io.StringIO())
     assert [result.ok for result in results] == [True, True], [result.error for result in results]
     for result, (line, cell) in zip(results, cells.items(), strict=True):
         ids, want_labels = sequential[line]

@@ -4,9 +4,10 @@ with `--base-registry` while the engine has no local copy of the base, and its l
 digest it came from. A registry that is not there, or refuses a client without credentials, gets the advice before
 anything is built, and no tag moves.
 
-Needs the engine with buildx, skopeo and docker-registry (`bash scripts/engine.sh`), the base `dlimages/base:debian12`
-and the CI cell's image (CI builds both first). The base is taken out of the engine for a build and loaded back
-(same ID) afterwards; the cell's tags are put back on the image they named. DLIMAGES_NO_DOCKER=1 skips.
+Needs the engine with buildx, skopeo and docker-registry (`bash scripts/engine.sh --fixtures`), the base
+`dlimages/base:debian12` and the CI cell's image (CI builds both first). The base is taken out of the engine for a
+build and loaded back (same ID) afterwards; the cell's tags are put back on the image they named. DLIMAGES_NO_DOCKER=1
+skips.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@ the one `docker push` printed and the registry serves (also for a manifest with 
 change), a moved tag is followed by a refresh while a build from the old lock still gets the old image, a missing
 tag or a registry that is down keeps what the lock had, and a registry that never answers is reported in time.
 
-Needs the Docker engine with buildx, skopeo and docker-registry (`bash scripts/engine.sh`), no base image: the test
-images are built FROM scratch. Without an engine these tests fail, so a broken CI host is not mistaken for a green
-one; DLIMAGES_NO_DOCKER=1 turns that into a skip.
+Needs the Docker engine with buildx, skopeo and docker-registry (`bash scripts/engine.sh --fixtures`), no base image:
+the test images are built FROM scratch. Without an engine these tests fail, so a broken CI host is not mistaken for a
+green one; DLIMAGES_NO_DOCKER=1 turns that into a skip.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """JupyterLab in a real browser: headless Chromium opens the lab with the token, makes a notebook on the image's
 Python 3 kernel, runs the framework's import in a cell and reads the output from the page.
 
-Debian's `chromium` and `chromium-driver` (scripts/engine.sh installs them) driven by Selenium, pointed at that
-chromedriver explicitly: Selenium Manager never runs, nothing downloads a browser or a driver. Missing either is a
-broken setup and fails; DLIMAGES_NO_BROWSER=1 skips these tests instead. Screenshots go to the artifacts directory
-(`--artifacts-dir`, default .work/test-artifacts/) and their paths into the report (`record_property`).
+Debian's `chromium` and `chromium-driver` (`scripts/engine.sh --fixtures` installs them) driven by Selenium, pointed
+at that chromedriver explicitly: Selenium Manager never runs, nothing downloads a browser or a driver. Missing either
+is a broken setup and fails; DLIMAGES_NO_BROWSER=1 skips these tests instead. Screenshots go to the artifacts
+directory (`--artifacts-dir`, default .work/test-artifacts/) and their paths into the report (`record_property`).
 """
 
 from __future__ import annotations
@@ -80,9 +80,7 @@ def browser_executables() -> tuple[str, str]:
         pytest.skip(f"{NO_BROWSER_ENV}=1: the browser tests are turned off")
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     missing = [name for name, path in (("chromium", chromium), ("chromium-driver", driver)) if not path]
-    hints = ["`apt-get install chromium chromium-driver` (scripts/engine.sh installs them with the engine)"] * bool(
-        missing
-    )
+    hints = ["`apt-get install chromium chromium-driver` (or `sudo bash scripts/engine.sh --fixtures`)"] * bool(missing)
     if webdriver is None:
         missing.append("selenium")
         hints.append("`pip install -e '.[dev]'`")

@@ -3,9 +3,9 @@ a few MB of random bytes, an empty WORKDIR layer) goes to a throwaway registry o
 the output counts its layers and their bytes up to N/N with the elapsed time: a line per finished layer in a log,
 one line rewritten in place on a terminal (a pseudo-terminal here).
 
-Needs the engine with buildx, docker-registry (`bash scripts/engine.sh`) and `dlimages/base:debian12`; without them
-this fails, so a broken CI host is not mistaken for a green one. DLIMAGES_NO_DOCKER=1 skips. The image and the
-registries made here are removed afterwards.
+Needs the engine with buildx, docker-registry (`bash scripts/engine.sh --fixtures`) and `dlimages/base:debian12`;
+without them this fails, so a broken CI host is not mistaken for a green one. DLIMAGES_NO_DOCKER=1 skips. The image
+and the registries made here are removed afterwards.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """REF built here (fresh random bytes: nothing of it is in any registry yet); removed afterwards."""
     require_engine()
     if shutil.which("docker-registry") is None:
-        pytest.fail("docker-registry is not installed: `bash scripts/engine.sh` installs it", pytrace=False)
+        pytest.fail("docker-registry is missing: `sudo bash scripts/engine.sh --fixtures` installs it", pytrace=False)
     if RUNNER.image_id(BASE) is None:
         pytest.fail(f"{BASE} is missing: make it with `invoke base`", pytrace=False)
     context = tmp_path_factory.mktemp("push-progress")

@@ -23,7 +23,7 @@ from dlimages.build.bake import (
     target,
     target_name,
 )
-from dlimages.build.builder import build_args, run_bake, run_bakes
+from dlimages.build.builder import build_args, run_bake, run_builds
 from dlimages.build.mirrors import resolve
 from dlimages.build.plan import BuildPlan, Secrets, plan_build
 from dlimages.core.runner import Runner
@@ -218,12 +218,18 @@ def test_later_buildx_names_the_failed_target(plans: list[BuildPlan], tmp_path: 
 def test_jobs_split_the_cells_into_bakes_and_stop_after_a_failure(plans: list[BuildPlan], tmp_path: Path) -> None:
     engine = FakeBake(0, [], plans)
     runner = Runner(engine.run, engine.stream)
-    results = run_bakes(plans, tmp_path, tmp_path / "w", jobs=1, keep_going=False, out=io.StringIO(), runner=runner)
+    results = run_builds(
+        plans, tmp_path, workdir=tmp_path / "w", bake_jobs=1, keep_going=False, out=io.StringIO(), runner=runner
+    )
     assert [len(bake["target"]) for bake in engine.bakes] == [1, 1] and all(r.ok for r in results)
 
     failing = FakeBake(1, ["ERROR: failed to solve: something"], [])
     runner = Runner(failing.run, failing.stream)
-    results = run_bakes(plans, tmp_path, tmp_path / "w", jobs=1, keep_going=False, out=io.StringIO(), runner=runner)
+    results = run_builds(
+        plans, tmp_path, workdir=tmp_path / "w", bake_jobs=1, keep_going=False, out=io.StringIO(), runner=runner
+    )
     assert len(failing.bakes) == 1 and [r.ok for r in results] == [False]
-    results = run_bakes(plans, tmp_path, tmp_path / "w", jobs=1, keep_going=True, out=io.StringIO(), runner=runner)
+    results = run_builds(
+        plans, tmp_path, workdir=tmp_path / "w", bake_jobs=1, keep_going=True, out=io.StringIO(), runner=runner
+    )
     assert len(results) == 2 and failing.tagged == []

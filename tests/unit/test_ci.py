@@ -36,9 +36,9 @@ def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() 
     assert checks == ["lint", "render check", "lock check", "zizmor", "actionlint", "unit and GPU tests"]
     engine = Path("/engines/dlimages-ci-engine-x")
     steps = [step.command for step in ci.end_to_end(root, engine)]
-    # CI's engine is its own (a fresh data root, deleted at the end), and the disk is checked before anything is
-    # built: a full disk stops the run with a message, not mid-push.
-    assert steps[0] == "bash /repo/scripts/engine.sh --own /engines/dlimages-ci-engine-x"
+    # CI's engine is its own (a fresh data root, deleted at the end) with the test fixtures, and the disk is checked
+    # before anything is built: a full disk stops the run with a message, not mid-push.
+    assert steps[0] == "bash /repo/scripts/engine.sh --own /engines/dlimages-ci-engine-x --fixtures"
     assert [step.command for step in ci.cleanup(root, engine)][-1].endswith("--stop-own /engines/dlimages-ci-engine-x")
     disk = steps.index(f"invoke disk --need {ci.DISK_NEED_GB}")
     assert disk == 1 and ci.DISK_NEED_GB > 0

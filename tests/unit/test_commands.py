@@ -4,6 +4,7 @@ in the place of `cells`), lists are repeatable, and the task file stays thin (is
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -80,3 +81,28 @@ def test_the_task_file_stays_thin(tasks: dict[str, Task]) -> None:
         if isinstance(node, ast.FunctionDef) and node.name in tasks:
             first = node.body[1] if ast.get_docstring(node) else node.body[0]
             assert node.end_lineno is not None and node.end_lineno - first.lineno + 1 <= 12, node.name
+
+
+def test_test_without_the_test_tools_names_the_extra_and_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlimages.commands import images
+    from dlimages.commands.session import Failed
+
+    monkeypatch.setattr(images, "TEST_TOOLS", ("pytest", "dlimages_no_such_test_tool"))
+    with pytest.raises(Failed) as raised:
+        images.test(REPO, None, image=["any:ref"])  # type: ignore[arg-type]  # the shell is never reached
+    assert raised.value.code == 2
+    assert "dlimages_no_such_test_tool, not installed here: pip install -e '.[test]'" in raised.value.message
+    assert "pytest," not in raised.value.message  # only what is missing
+
+
+def test_the_test_tools_are_the_test_extra_and_not_the_main_install() -> None:
+    import tomllib
+
+    from dlimages.commands.images import TEST_TOOLS
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[<>=!~ \[]", d)[0] for d in project["optional-dependencies"]["test"]}
+    assert names == {"pytest", "pytest-testinfra", "selenium"}
+    assert {n.removeprefix("pytest-") if n != "pytest" else n for n in names} == set(TEST_TOOLS)
+    assert not names & {re.split(r"[<>=!~ \[]", d)[0] for d in project["dependencies"]}
+    assert "dlimages[test]" in project["optional-dependencies"]["dev"]

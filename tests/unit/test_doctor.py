@@ -721,3 +721,31 @@ def test_runtime_from_a_cdi_spec_or_the_gpus_hook(tmp_path: Path) -> None:
     hook = "/usr/bin/nvidia-container-runtime-hook"
     found = probe_container_runtime(Runner(plain), cdi_dirs=[], which=lambda name: hook if name in hook else None)
     assert found is True
+
+
+def test_nvml_is_read_per_gpu_and_shut_down_and_any_failure_means_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pynvml is not installed here: a stand-in module with NVML's calls, two GPUs, one brand code unknown."""
+    import types
+
+    from dlimages.gpu import probe
+
+    calls: list[str] = []
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetCudaComputeCapability=lambda h: (9, h),
+        nvmlDeviceGetBrand=lambda h: (2, 999)[h],
+    )
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake)
+    assert probe._nvml_capabilities() == [(9, 0), (9, 1)]
+    assert probe._nvml_brands() == [compat.NVML_BRANDS[2], "unknown"]
+    assert calls == ["init", "shutdown"] * 2
+
+    def broken() -> int:
+        raise RuntimeError("NVML_ERROR_DRIVER_NOT_LOADED")
+
+    fake.nvmlDeviceGetCount = broken
+    assert probe._nvml_capabilities() is None
+    assert calls[-1] == "shutdown"

@@ -121,3 +121,28 @@ def test_the_engine_script_run_by_hand_outside_the_projects_python_finds_the_mir
         check=False,
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "http://mirror.example/debian\n", "")
+
+
+@pytest.mark.parametrize("fixtures", [0, 1])
+def test_the_engine_script_installs_the_test_fixtures_only_when_asked(fixtures: int) -> None:
+    """A user's first build needs the engine, buildx, skopeo and mmdebstrap; a registry and a browser are the tests'."""
+    script = Path(__file__).resolve().parents[2] / ENGINE_SCRIPT
+    done = subprocess.run(
+        ["bash", "-c", f'source "$1" && FIXTURES={fixtures} && wanted_packages', "bash", str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    wanted = {line.split("=")[0] for line in done.stdout.split()}
+    assert {"docker.io", "docker-cli", "docker-buildx", "skopeo", "mmdebstrap"} <= wanted
+    fixtures_wanted = wanted & {"docker-registry", "apache2-utils", "chromium", "chromium-driver"}
+    assert fixtures_wanted == (
+        {"docker-registry", "apache2-utils", "chromium", "chromium-driver"} if fixtures else set()
+    )
+
+
+def test_the_engine_script_refuses_an_unknown_argument_and_names_the_allowed_ones() -> None:
+    script = Path(__file__).resolve().parents[2] / ENGINE_SCRIPT
+    done = subprocess.run(["bash", str(script), "--fixture"], capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert "unknown argument '--fixture'" in done.stderr and "[--fixtures]" in done.stderr

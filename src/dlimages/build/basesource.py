@@ -19,7 +19,7 @@ from pathlib import Path
 from dlimages.build import advice
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.grammar import REFERENCE_ALLOWED, reference_problem
-from dlimages.core.references import registry_problems, split_tag
+from dlimages.core.references import DigestOutcome, registry_problems, split_tag
 from dlimages.core.runner import Runner
 from dlimages.generate.baselock import BaseLock, Resolved, registry_is_loopback, resolve_digest, unpinned_warning
 from dlimages.model.cells import Cell
@@ -294,15 +294,11 @@ def mirror_copies(
 
 
 @dataclass(frozen=True)
-class Copied:
+class Copied(DigestOutcome):
     copy: Copy
     seconds: float
     digest: str | None = None
     problem: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.digest is not None
 
     def __str__(self) -> str:
         if self.digest is None:

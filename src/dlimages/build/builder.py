@@ -20,7 +20,7 @@ from dlimages.build.advice import Attempt, Diagnosis, Remedies, diagnose
 from dlimages.build.bake import bake_argv, bake_document, image_ids, render_bake, target_name
 from dlimages.build.plan import BuildPlan
 from dlimages.build.progress import BuildProgress, ProgressDisplay
-from dlimages.core.runner import DEFAULT, Runner
+from dlimages.core.runner import DEFAULT, Runner, run_folder
 from dlimages.model.cells import Cell
 from dlimages.model.tables import format_table
 
@@ -115,13 +115,7 @@ def run_build(
     if code != 0 or not plan.iidfile.is_file():
         diagnosis = diagnose(list(tail), attempt_of(plan), remedies)
         return BuildResult(plan.cell, False, seconds, error=diagnosis.advice, diagnosis=diagnosis)
-    image_id = plan.iidfile.read_text().strip()
-    for command in plan.tag_commands(image_id):
-        tagged = runner(command)
-        if not tagged.ok:
-            return BuildResult(plan.cell, False, seconds, image_id, error=f"tagging failed: {tagged.err.strip()}")
-    size = runner.docker("image", "inspect", "--format", "{{.Size}}", image_id)
-    return BuildResult(plan.cell, True, seconds, image_id, int(size.out.strip() or 0) if size.ok else None)
+    return _tagged(plan, plan.iidfile.read_text().strip(), seconds, runner)
 
 
 def run_builds(
@@ -129,22 +123,42 @@ def run_builds(
     root: Path,
     *,
     keep_going: bool,
+    bake_jobs: int = 0,
+    workdir: Path | None = None,
     out: TextIO = sys.stdout,
     runner: Runner = DEFAULT,
     remedies: Remedies | None = None,
+    cache_from: Sequence[str] = (),
+    cache_to: Sequence[str] = (),
 ) -> list[BuildResult]:
+    """Build the plans one `docker buildx build` at a time, or with `bake_jobs` (`invoke build --jobs N`) in bakes
+    of that many cells each, one bake after the other (bake itself has no limit on how many targets run at once;
+    its files go to `workdir`). After a failed cell (or a bake with one), go on only with `keep_going`."""
     results: list[BuildResult] = []
-    for plan in plans:
-        log.info("\n=== building %s:%s", plan.cell.image, plan.cell.immutable_tag)
-        for note in (*plan.mirror.notes, *plan.notes):
-            log.info("note: %s", note)
-        result = run_build(plan, root, out, runner, remedies=remedies)
-        results.append(result)
-        if not result.ok:
-            # One line here; the error and the ways out come once, under the summary table.
-            log.error("FAILED %s: %s", plan.cell.slug, result.summary)
-            if not keep_going:
-                break
+    size = max(bake_jobs, 1)
+    for first in range(0, len(plans), size):
+        batch = plans[first : first + size]
+        if bake_jobs:
+            log.info("\n=== baking %s", ", ".join(f"{p.cell.image}:{p.cell.immutable_tag}" for p in batch))
+        else:
+            log.info("\n=== building %s:%s", batch[0].cell.image, batch[0].cell.immutable_tag)
+        for plan in batch:
+            for note in (*plan.mirror.notes, *plan.notes):
+                log.info("note (%s): %s", plan.cell.slug, note) if bake_jobs else log.info("note: %s", note)
+        if bake_jobs:
+            folder = workdir or run_folder()
+            done = run_bake(
+                batch, root, folder, out, runner, remedies=remedies, cache_from=cache_from, cache_to=cache_to
+            )
+        else:
+            done = [run_build(batch[0], root, out, runner, remedies=remedies)]
+        results += done
+        for result in done:
+            if not result.ok:
+                # One line here; the error and the ways out come once, under the summary table.
+                log.error("FAILED %s: %s", result.cell.slug, result.summary)
+        if not keep_going and not all(result.ok for result in done):
+            break
     return results
 
 
@@ -208,38 +222,6 @@ def run_bake(
     return results
 
 
-def run_bakes(
-    plans: Sequence[BuildPlan],
-    root: Path,
-    workdir: Path,
-    *,
-    jobs: int,
-    keep_going: bool,
-    out: TextIO = sys.stdout,
-    runner: Runner = DEFAULT,
-    remedies: Remedies | None = None,
-    cache_from: Sequence[str] = (),
-    cache_to: Sequence[str] = (),
-) -> list[BuildResult]:
-    """`invoke build --jobs N`: the plans in bakes of `jobs` cells each, one bake after the other (bake itself has
-    no limit on how many targets run at once); after a bake with a failed cell, only with `keep_going`."""
-    results: list[BuildResult] = []
-    for first in range(0, len(plans), jobs):
-        batch = plans[first : first + jobs]
-        log.info("\n=== baking %s", ", ".join(f"{p.cell.image}:{p.cell.immutable_tag}" for p in batch))
-        for plan in batch:
-            for note in (*plan.mirror.notes, *plan.notes):
-                log.info("note (%s): %s", plan.cell.slug, note)
-        done = run_bake(batch, root, workdir, out, runner, remedies=remedies, cache_from=cache_from, cache_to=cache_to)
-        results += done
-        for result in done:
-            if not result.ok:
-                log.error("FAILED %s: %s", result.cell.slug, result.summary)
-        if not keep_going and not all(result.ok for result in done):
-            break
-    return results
-
-
 def builder_driver(runner: Runner = DEFAULT) -> str:
     """The driver of the current buildx builder (docker, docker-container, remote, kubernetes; "" if unknown)."""
     done = runner.docker("buildx", "inspect", timeout=30)
@@ -248,7 +230,7 @@ def builder_driver(runner: Runner = DEFAULT) -> str:
 
 
 def _tagged(plan: BuildPlan, image_id: str, seconds: float, runner: Runner) -> BuildResult:
-    """Apply a built cell's tags, as run_build does after a build that succeeded."""
+    """Apply a built cell's tags (after a build or bake that succeeded), then read its size."""
     for command in plan.tag_commands(image_id):
         tagged = runner(command)
         if not tagged.ok:

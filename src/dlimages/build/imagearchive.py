@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from dlimages.core.errors import InputError, Problem
-from dlimages.core.grammar import reference_problem
-from dlimages.core.references import split_tag
+from dlimages.core.references import tagged_ref_problem
 
 # As in the official debian image: PATH set, `bash` as the command, nothing else.
 DEBIAN_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -104,14 +103,11 @@ def parse_epoch(text: str) -> int | None:
 
 def tag_problem(tag: str) -> str | None:
     """What is wrong with the name the archive gives its image, or None. `docker load` takes repository:tag only."""
-    problem = reference_problem(tag)
-    if problem is not None:
-        return problem
-    if "@" in tag:
-        return "has an @digest: an archive names its image by repository:tag"
-    if split_tag(tag)[1] is None:
-        return "has no :tag (docker load refuses a repository without one)"
-    return None
+    return tagged_ref_problem(
+        tag,
+        digest_why="an archive names its image by repository:tag",
+        untagged_why="docker load refuses a repository without one",
+    )
 
 
 def archive_problems(layer: Path, out: Path, *, tag: str, epoch: int, config: ImageConfig) -> list[Problem]:

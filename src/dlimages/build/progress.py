@@ -31,8 +31,8 @@ HEARTBEAT_S = 30.0  # without a terminal, a status line at least this often, eve
 # --- docker push -------------------------------------------------------------------------------------------------
 
 _LAYER_LINE = re.compile(r"^(?P<id>[0-9a-f]{12}): (?P<status>\S.*?)\s*$")
-_PUSH_DONE = re.compile(r"^(?:Pushed|Layer already exists|Mounted from \S+)$")
-_ALREADY_THERE = re.compile(r"^(?:Layer already exists|Mounted from \S+)$")
+# A layer is done when pushed or found there (`there`: already in the repository, or mounted from another one).
+_LAYER_DONE = re.compile(r"^(?:Pushed|(?P<there>Layer already exists|Mounted from \S+))$")
 _RETRYING = re.compile(r"^Retrying in \d+ seconds?$")
 _PUSH_HEADER = re.compile(r"^The push refers to repository \[\S+\]\s*$")
 _PUSH_DIGEST = re.compile(r"^\S+: digest: sha256:[0-9a-f]{64} size: \d+\s*$")
@@ -139,14 +139,6 @@ class PushProgress:
         self.finished = False  # docker printed the digest: the registry has the whole image
 
     @property
-    def layers_total(self) -> int:
-        return len(self._sizes)
-
-    @property
-    def layers_done(self) -> int:
-        return len(self._done)
-
-    @property
     def bytes_total(self) -> int | None:
         """The image's uncompressed size, or None when a layer's size is unknown."""
         sizes = list(self._sizes.values())
@@ -177,11 +169,11 @@ class PushProgress:
                 self._sizes, self._inspected = dict.fromkeys(self._seen), False
             self._sizes[layer_id] = None
         self._seen.setdefault(layer_id)
-        if _PUSH_DONE.match(status):
+        if done := _LAYER_DONE.match(status):
             first = layer_id not in self._done
             self._done.add(layer_id)
             self._retrying.discard(layer_id)
-            if _ALREADY_THERE.match(status):
+            if done["there"]:
                 self._already_there.add(layer_id)
             return self.status() if first else None
         if _RETRYING.match(status):
@@ -192,10 +184,7 @@ class PushProgress:
         return None
 
     def status(self, width: int = WIDTH, outcome: str | None = None) -> str:
-        layers = f"{self.layers_done}/{self.layers_total} layers"
-        if self._already_there:
-            layers += f" ({len(self._already_there)} already there)"
-        parts = [layers]
+        parts = [_tally(len(self._done), len(self._sizes), "layers", len(self._already_there), "already there")]
         if self.bytes_total is not None:
             parts.append(format_bytes(self.bytes_done or 0, self.bytes_total))
         parts.append(format_duration(self.elapsed()))
@@ -212,9 +201,6 @@ _VERTEX = re.compile(r"^#(?P<n>\d+) (?P<rest>.*?)\s*$")
 _STEP = re.compile(r"^\[(?:(?P<stage>[^\]\s]+) )?(?P<k>\d+)/(?P<m>\d+)\] (?P<text>.*)$")
 _VERTEX_DONE = re.compile(r"^DONE \d+(?:\.\d+)?s$")
 _LOG = re.compile(r"^\d+\.\d+ ")  # `#5 0.227 step two`: what the step printed, and when
-_FAILED = re.compile(r"^ERROR: ")
-_RUN_OPTIONS = re.compile(r"^(RUN)((?: +--\S+)+)")
-_AUTOMATIC_STAGE = re.compile(r"^stage-\d+$")
 
 
 @dataclass
@@ -279,7 +265,7 @@ class BuildProgress:
         step = self._steps.get(vertex)
         if rest == "CACHED" or _VERTEX_DONE.match(rest):
             return self._finish(vertex, cached=rest == "CACHED")
-        if _FAILED.match(rest):
+        if rest.startswith("ERROR: "):
             self.failed = (step.text if step else self._names.get(vertex)) or f"#{vertex}"
             self._current = vertex
             return self.status()
@@ -316,10 +302,7 @@ class BuildProgress:
         return self.status()
 
     def status(self, width: int = WIDTH, outcome: str | None = None) -> str:
-        total = self.steps_total
-        steps = f"{self.steps_done}/{total if total is not None else '?'} steps"
-        if self._cached:
-            steps += f" ({len(self._cached)} cached)"
+        steps = _tally(self.steps_done, self.steps_total, "steps", len(self._cached), "cached")
         head = f"{steps}, {format_duration(self.elapsed())}"
         if outcome:
             head += f", {outcome}"
@@ -332,6 +315,10 @@ class BuildProgress:
         return fit(self.label, head, width, verb="build")
 
 
+_RUN_OPTIONS = re.compile(r"^(RUN)((?: +--\S+)+)")
+_AUTOMATIC_STAGE = re.compile(r"^stage-\d+$")  # a stage without a name: BuildKit numbers it
+
+
 def _step_text(stage: str, k: str, m: str, text: str) -> str:
     """`[5/9] RUN umask 0022 && ...`: RUN's --mount/--network options say nothing about progress."""
     where = f"{k}/{m}" if not stage or _AUTOMATIC_STAGE.match(stage) else f"{stage} {k}/{m}"
@@ -339,6 +326,13 @@ def _step_text(stage: str, k: str, m: str, text: str) -> str:
 
 
 # --- formatting --------------------------------------------------------------------------------------------------
+
+
+def _tally(done: int, total: int | None, unit: str, skipped: int, how: str) -> str:
+    """`7/9 steps (2 cached)`, `3/5 layers (1 already there)`: done of all (`?` while the total is not known yet), and
+    how many of those were done without work."""
+    said = f"{done}/{total if total is not None else '?'} {unit}"
+    return f"{said} ({skipped} {how})" if skipped else said
 
 
 def format_duration(seconds: float) -> str:

@@ -16,7 +16,7 @@ from dlimages.build.bake import (
     out_problems,
     write_bake,
 )
-from dlimages.build.builder import all_built, builder_driver, next_commands, run_bakes, run_builds, summary_table
+from dlimages.build.builder import all_built, builder_driver, next_commands, run_builds, summary_table
 from dlimages.build.ledger import Ledger
 from dlimages.build.plan import BuildPlan, Secrets, local_bases, plan_run
 from dlimages.commands.bases import make_local_bases
@@ -63,19 +63,15 @@ def build(
     warn_if_short_of_disk(len(plans))
     try:
         remedies = Remedies.from_matrix(project.matrix, project.expansion.cells)
-        if parallel > 1:
-            results = run_bakes(
-                plans,
-                project.root,
-                run_folder(),
-                jobs=parallel,
-                keep_going=keep_going,
-                remedies=remedies,
-                cache_from=[cache_from] if cache_from else [],
-                cache_to=[cache_to] if cache_to else [],
-            )
-        else:
-            results = run_builds(plans, project.root, keep_going=keep_going, remedies=remedies)
+        results = run_builds(
+            plans,
+            project.root,
+            keep_going=keep_going,
+            bake_jobs=parallel if parallel > 1 else 0,
+            remedies=remedies,
+            cache_from=[cache_from] if cache_from else [],
+            cache_to=[cache_to] if cache_to else [],
+        )
     except KeyboardInterrupt:
         raise Failed(
             "interrupted: the cell being built was not tagged; earlier cells keep their tags", code=130

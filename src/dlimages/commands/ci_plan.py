@@ -73,7 +73,7 @@ def end_to_end(root: Path, engine: Path) -> list[Step]:
     the user's commands again as an unprivileged member of the `docker` group (.ci/as-user.sh)."""
     registry = f"127.0.0.1:{REGISTRY_PORT}"
     return [
-        Step("engine", f"bash {_q(root / 'scripts/engine.sh')} --own {_q(engine)}"),
+        Step("engine", f"bash {_q(root / 'scripts/engine.sh')} --own {_q(engine)} --fixtures"),
         Step("disk", f"{usage.DISK} --need {DISK_NEED_GB}"),
         Step("checks", usage.CHECK),
         *(Step(f"build {flags}", f"{usage.BUILD} {flags}") for flags in BUILDS),

@@ -3,6 +3,7 @@ bench), push them with their build report (push), compare two sets of build repo
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,10 +23,15 @@ from dlimages.publish.push import PushError, PushInterrupted, plan_push, push_im
 from dlimages.publish.report import build_report, image_manifest, report_target, write_report
 
 NOTHING_BUILT = f"no image given and no successful `{usage.BUILD}` recorded"
+TEST_TOOLS = ("pytest", "testinfra", "selenium")  # pyproject.toml's `test` extra, by import name
 
 
 def test(root: Path, shell: Context, *, image: Sequence[str], no_engine_setup: bool = False) -> None:
     """Run the image tests (pytest + testinfra) against `image`, or the images the last builds made."""
+    missing = [name for name in TEST_TOOLS if importlib.util.find_spec(name) is None]
+    if missing:
+        needs = ", ".join(missing)
+        raise Failed(f"error: `{usage.TEST}` needs {needs}, not installed here: {usage.INSTALL_TEST_TOOLS}", code=2)
     images = inimage.check_images(image) if image else inimage.check_images(Ledger(root).built_refs(), str(LEDGER_FILE))
     if not images:
         raise InputError([Problem("--image", NOTHING_BUILT)])

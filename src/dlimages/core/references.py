@@ -118,3 +118,26 @@ def split_tag(ref: str) -> tuple[str, str | None]:
     slash = ref.rfind("/")
     colon = ref.rfind(":")
     return (ref[:colon], ref[colon + 1 :]) if colon > slash else (ref, None)
+
+
+def tagged_ref_problem(ref: str, *, digest_why: str, untagged_why: str) -> str | None:
+    """What keeps `ref` from being a repository:tag (no @digest), or None; the two reasons are the caller's."""
+    problem = reference_problem(ref)
+    if problem is not None:
+        return problem
+    if "@" in ref:
+        return f"has an @digest: {digest_why}"
+    if split_tag(ref)[1] is None:
+        return f"has no :tag ({untagged_why})"
+    return None
+
+
+class DigestOutcome:
+    """What a registry operation gave (Copied, Resolved): the digest, or why there is none."""
+
+    digest: str | None
+    problem: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.digest is not None

@@ -26,6 +26,7 @@ BASE_AS_ROOT = f'sudo "$(command -v {PROGRAM})" base'  # root's PATH may lack th
 BASES_LOCK = invoke("bases", "--lock")
 BASES_MIRROR = invoke("bases.mirror")
 TEST = invoke("test")
+INSTALL_TEST_TOOLS = "pip install -e '.[test]'"  # pyproject.toml's `test` extra, from the clone
 PUSH = invoke("push")
 DISK = invoke("disk")
 CHECK = invoke("check")

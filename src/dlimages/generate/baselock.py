@@ -21,8 +21,7 @@ from types import MappingProxyType
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
-from dlimages.core.grammar import reference_problem
-from dlimages.core.references import split_tag
+from dlimages.core.references import DigestOutcome, tagged_ref_problem
 from dlimages.core.runner import Runner
 from dlimages.model.cells import Cell
 
@@ -151,14 +150,11 @@ def lock_key_problem(ref: str) -> str | None:
     """What keeps `ref` from being a key of the lock (a tag a cell pulls), or None."""
     if ref.startswith("_"):
         return "is not a key of the lock"
-    problem = reference_problem(ref)
-    if problem is not None:
-        return problem
-    if "@" in ref:
-        return "has an @digest: the key is the tag a digest is recorded for"
-    if split_tag(ref)[1] is None:
-        return "has no :tag (docker would read it as :latest, which no base should be)"
-    return None
+    return tagged_ref_problem(
+        ref,
+        digest_why="the key is the tag a digest is recorded for",
+        untagged_why="docker would read it as :latest, which no base should be",
+    )
 
 
 def _quoted(value: object, limit: int = 80) -> str:
@@ -184,16 +180,12 @@ def pulled_bases(cells: Iterable[Cell]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Resolved:
+class Resolved(DigestOutcome):
     """What the registry said about one tag: its digest, or why there is none."""
 
     ref: str
     digest: str | None = None
     problem: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.digest is not None
 
     def __str__(self) -> str:
         return f"{self.ref}: {self.digest if self.digest is not None else self.problem}"

@@ -8,12 +8,14 @@ import json
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dlimages.core.errors import InputError
 from dlimages.core.runner import DEFAULT, Runner
 from dlimages.model import compat
 from dlimages.model.doctor import Gpu, Node, brand_from_name, parse_arch, parse_driver
+
+T = TypeVar("T")
 
 NVIDIA_SMI_TIMEOUT_S = 20  # a wedged driver makes nvidia-smi hang rather than fail
 DOCKER_TIMEOUT_S = 15
@@ -90,8 +92,8 @@ def _arch_or_none(text: str) -> str | None:
         return None
 
 
-def _nvml_capabilities() -> list[tuple[int, int]] | None:
-    """Every GPU's compute capability through NVML, or None without pynvml or a working driver."""
+def _nvml_each(read: Callable[[Any, Any], T]) -> list[T] | None:
+    """`read(nvml, handle)` for every GPU through NVML, or None without pynvml or a working driver."""
     try:
         nvml: Any = importlib.import_module("pynvml")
     except ImportError:
@@ -99,29 +101,26 @@ def _nvml_capabilities() -> list[tuple[int, int]] | None:
     try:
         nvml.nvmlInit()
         try:
-            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(int(nvml.nvmlDeviceGetCount()))]
-            return [(int(cap[0]), int(cap[1])) for cap in (nvml.nvmlDeviceGetCudaComputeCapability(h) for h in handles)]
+            return [read(nvml, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(int(nvml.nvmlDeviceGetCount()))]
         finally:
             nvml.nvmlShutdown()
     except Exception:  # pynvml raises its own NVMLError subclasses; any failure means "unknown"
         return None
+
+
+def _nvml_capabilities() -> list[tuple[int, int]] | None:
+    """Every GPU's compute capability through NVML, or None without pynvml or a working driver."""
+
+    def capability(nvml: Any, handle: Any) -> tuple[int, int]:
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)[:2]
+        return int(major), int(minor)
+
+    return _nvml_each(capability)
 
 
 def _nvml_brands() -> list[str] | None:
     """Every GPU's brand through NVML, named as the container toolkit names it; None without pynvml or a driver."""
-    try:
-        nvml: Any = importlib.import_module("pynvml")
-    except ImportError:
-        return None
-    try:
-        nvml.nvmlInit()
-        try:
-            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(int(nvml.nvmlDeviceGetCount()))]
-            return [compat.NVML_BRANDS.get(int(nvml.nvmlDeviceGetBrand(h)), "unknown") for h in handles]
-        finally:
-            nvml.nvmlShutdown()
-    except Exception:  # pynvml raises its own NVMLError subclasses; any failure means "unknown"
-        return None
+    return _nvml_each(lambda nvml, handle: compat.NVML_BRANDS.get(int(nvml.nvmlDeviceGetBrand(handle)), "unknown"))
 
 
 def probe_container_runtime(
