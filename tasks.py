@@ -21,7 +21,7 @@ from dlimages.build.engine import NO_SETUP_HELP
 from dlimages.core import errors, usage
 from dlimages.generate.lock import RESOLVE_TIMEOUT_S
 from dlimages.generate.project import Project, find_root
-from dlimages.publish.push import MAX_RETRIES
+from dlimages.publish.pushplan import MAX_RETRIES
 
 ROOT = find_root(Path(__file__).parent)  # the repository this tasks.py belongs to, wherever invoke runs it
 # The package logs its progress (build headers, notes); people read it on stdout, in order with build output.

@@ -21,7 +21,8 @@ import yaml
 
 from dlimages.core.errors import InputError
 from dlimages.model.cells import Cell, Expansion, expand
-from dlimages.model.spec import Matrix, _VersionsAsText, load_matrix, parse_matrix
+from dlimages.model.matrixyaml import VersionsAsText
+from dlimages.model.spec import Matrix, load_matrix, parse_matrix
 
 REPO = Path(__file__).resolve().parents[2]
 # Unit tests never start a Docker engine, nor reach one: a task run through the real command line that would need
@@ -34,7 +35,7 @@ MATRIX_TEXT = FIXTURE_MATRIX.read_text(encoding="utf-8")
 
 def matrix_dict() -> dict[str, Any]:
     """The fixture matrix as plain data, versions kept as text (as dlimages itself reads it)."""
-    data = yaml.load(MATRIX_TEXT, Loader=_VersionsAsText)  # noqa: S506 - a SafeLoader subclass
+    data = yaml.load(MATRIX_TEXT, Loader=VersionsAsText)  # noqa: S506 - a SafeLoader subclass
     assert isinstance(data, dict)
     return data
 

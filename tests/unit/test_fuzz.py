@@ -37,14 +37,15 @@ from dlimages.core.errors import InputError
 from dlimages.generate.project import Project
 from dlimages.model import doctor
 from dlimages.model.cells import Expansion, expand
+from dlimages.model.matrixyaml import VersionsAsText
 from dlimages.model.selection import Selection, select
-from dlimages.model.spec import Matrix, _VersionsAsText, load_matrix, parse_matrix
+from dlimages.model.spec import Matrix, load_matrix, parse_matrix
 from dlimages.model.tables import cells_table, exclusions_text
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_MATRIX = REPO / "tests/fixtures/matrix.yaml"
 MATRIX_TEXT = FIXTURE_MATRIX.read_text(encoding="utf-8")
-PRISTINE: dict[str, Any] = yaml.load(MATRIX_TEXT, Loader=_VersionsAsText)  # noqa: S506 - a SafeLoader subclass
+PRISTINE: dict[str, Any] = yaml.load(MATRIX_TEXT, Loader=VersionsAsText)  # noqa: S506 - a SafeLoader subclass
 
 settings.register_profile(
     "ci",

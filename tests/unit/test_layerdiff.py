@@ -22,7 +22,8 @@ import pytest
 
 import dlimages.repro.layerdiff as layerdiff
 from dlimages.core.runner import Runner
-from dlimages.repro.layerdiff import CompareError, FileDifference, FileState, ImageComparison, compare_images
+from dlimages.repro.comparison import FileDifference, FileState, ImageComparison
+from dlimages.repro.layerdiff import CompareError, compare_images
 
 T0 = 1_796_043_731  # 2026-11-30T13:02:11Z
 T1 = T0 + 29  # 2026-11-30T13:02:40Z

@@ -19,17 +19,14 @@ from fake_docker import LOCAL_ID, OTHER_ID, REF, REFUSED, REG, REMOTE, FakeDocke
 
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
-from dlimages.publish.push import (
-    PUSH_TIMEOUT_S,
-    PushError,
-    PushInterrupted,
+from dlimages.publish.push import PUSH_TIMEOUT_S, PushError, PushInterrupted, push_image
+from dlimages.publish.pushplan import (
     RemoteTag,
     daemon_treats_as_insecure,
     failure_kind,
     parse_digest,
     parse_remote_tag,
     plan_push,
-    push_image,
     retries_from_flag,
 )
 

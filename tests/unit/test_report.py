@@ -9,7 +9,8 @@ import pytest
 from fake_docker import LOCAL_ID, REF, REG, REMOTE, FakeDocker
 
 from dlimages.core.runner import Runner
-from dlimages.publish.push import PushError, PushResult
+from dlimages.publish.push import PushError
+from dlimages.publish.pushplan import PushResult
 from dlimages.publish.report import build_report, image_manifest, write_report
 
 

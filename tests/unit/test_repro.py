@@ -12,7 +12,7 @@ import pytest
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
 from dlimages.repro import proof
-from dlimages.repro.layerdiff import ImageComparison
+from dlimages.repro.comparison import ImageComparison
 
 BUILD = ["docker", "buildx", "build", "--progress=plain", "--load", "--iidfile", "work/x.iid", "images"]
 

@@ -15,11 +15,12 @@ import pytest
 import yaml
 
 from dlimages.core.errors import InputError
-from dlimages.model.spec import Matrix, _VersionsAsText, load_matrix, parse_matrix
+from dlimages.model.matrixyaml import VersionsAsText
+from dlimages.model.spec import Matrix, load_matrix, parse_matrix
 
 FIXTURE_MATRIX = Path(__file__).resolve().parents[1] / "fixtures/matrix.yaml"
 MATRIX_TEXT = FIXTURE_MATRIX.read_text(encoding="utf-8")
-_FIXTURE = yaml.load(MATRIX_TEXT, Loader=_VersionsAsText)  # noqa: S506 - a SafeLoader subclass
+_FIXTURE = yaml.load(MATRIX_TEXT, Loader=VersionsAsText)  # noqa: S506 - a SafeLoader subclass
 
 Report = Callable[[dict[str, Any] | str], str]
 Parse = Callable[[dict[str, Any] | str], Matrix]

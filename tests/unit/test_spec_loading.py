@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from dlimages.core.errors import InputError
-from dlimages.model.spec import MAX_DEPTH, MAX_MATRIX_BYTES, MAX_NODES, MAX_TEXT, MAX_VALUE, load_matrix, parse_matrix
+from dlimages.model.matrixyaml import MAX_DEPTH, MAX_MATRIX_BYTES, MAX_NODES, MAX_TEXT, MAX_VALUE
+from dlimages.model.spec import load_matrix, parse_matrix
 
 FIXTURE_MATRIX = Path(__file__).resolve().parents[1] / "fixtures/matrix.yaml"
 MATRIX_TEXT = FIXTURE_MATRIX.read_text(encoding="utf-8")

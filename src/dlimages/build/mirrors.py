@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from dlimages.core.errors import InputError, Problem, allowed_list
 from dlimages.core.grammar import URL_ALLOWED, url_problem
@@ -16,29 +17,29 @@ HOST_PROFILE = "host"  # resolved at build time from this machine's own apt conf
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 
 
+def _build_arg(name: str) -> Any:
+    """A field that reaches the build as `--build-arg NAME=VALUE`, unless it is None."""
+    return field(default=None, metadata={"build_arg": name})
+
+
 @dataclass(frozen=True)
 class MirrorArgs:
     """Build arguments for one cell; None leaves the upstream default in the Dockerfile."""
 
     profile: str
-    apt: str | None = None
-    apt_security: str | None = None
-    pip_index: str | None = None
-    torch_index: str | None = None
-    torch_find_links: str | None = None
+    apt: str | None = _build_arg("APT_MIRROR")
+    apt_security: str | None = _build_arg("APT_SECURITY_MIRROR")
+    pip_index: str | None = _build_arg("PIP_INDEX_URL")
+    torch_index: str | None = _build_arg("TORCH_INDEX_URL")
+    torch_find_links: str | None = _build_arg("TORCH_FIND_LINKS")
     notes: tuple[str, ...] = field(default=())
 
     def build_args(self) -> dict[str, str]:
         args = {"MIRROR_PROFILE": self.profile}
-        for name, value in (
-            ("APT_MIRROR", self.apt),
-            ("APT_SECURITY_MIRROR", self.apt_security),
-            ("PIP_INDEX_URL", self.pip_index),
-            ("TORCH_INDEX_URL", self.torch_index),
-            ("TORCH_FIND_LINKS", self.torch_find_links),
-        ):
-            if value is not None:
-                args[name] = value
+        for arg in fields(self):
+            value = getattr(self, arg.name)
+            if "build_arg" in arg.metadata and value is not None:
+                args[arg.metadata["build_arg"]] = value
         return args
 
 

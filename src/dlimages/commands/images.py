@@ -19,7 +19,8 @@ from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.gpu import inimage
 from dlimages.model import tags as tag_rules
 from dlimages.publish import reportdiff
-from dlimages.publish.push import PushError, PushInterrupted, plan_push, push_image, retries_from_flag
+from dlimages.publish.push import PushError, PushInterrupted, push_image
+from dlimages.publish.pushplan import plan_push, retries_from_flag
 from dlimages.publish.report import build_report, image_manifest, report_target, write_report
 
 NOTHING_BUILT = f"no image given and no successful `{usage.BUILD}` recorded"

@@ -1,27 +1,21 @@
 """Push built images to registries and prove each push by pulling its digest back.
 
-Deciding is pure (`plan_push`, `failure_kind`, `parse_digest`, `parse_remote_tag`, `daemon_treats_as_insecure`);
-`push_image` runs every command through a `Runner`, so unit tests hand in a fake docker and need no engine.
-`docker push` is streamed, so a multi-GB push shows its progress (progress.py) while it runs.
+What to push and what docker's answers mean is decided in pushplan.py (pure); `push_image` runs every command through
+a `Runner`, so unit tests hand in a fake docker and need no engine. `docker push` is streamed, so a multi-GB push shows
+its progress (progress.py) while it runs; interrupts.py handles signals and deadlines meanwhile.
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import dataclasses
-import hashlib
-import ipaddress
 import json
 import re
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
 from dlimages.build.progress import (
     Layer,
@@ -34,34 +28,30 @@ from dlimages.build.progress import (
 )
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
-from dlimages.core.references import REGISTRY_ALLOWED, ref_problems, registry_problems, registry_ref, split_tag
 from dlimages.core.runner import DEFAULT, NOT_FOUND, TIMED_OUT, Result, Runner
+from dlimages.publish.interrupts import PushSignals
+from dlimages.publish.pushplan import (
+    MAX_RETRIES,
+    RETRIES_ALLOWED,
+    Failure,
+    PushResult,
+    PushTarget,
+    daemon_treats_as_insecure,
+    failure_kind,
+    parse_digest,
+    parse_remote_tag,
+    plan_push,
+)
 
 Sleep = Callable[[float], None]
-Failure = Literal["auth", "transient", "unreachable", "other"]
 
 PUSH_TIMEOUT_S = 3600.0  # one try of a multi-GB image over a slow uplink; a hang beyond this counts as transient
 INSPECT_TIMEOUT_S = 30.0
-MAX_RETRIES = 10  # backoff doubles from 2 s: ten retries already wait 34 minutes in all
-RETRIES_ALLOWED = f"a whole number from 0 to {MAX_RETRIES}"
 # dockerd's default insecure registries, when `docker info` cannot say which it uses.
 DEFAULT_REGISTRY_CONFIG: Mapping[str, Any] = {"InsecureRegistryCIDRs": ["127.0.0.0/8"], "IndexConfigs": {}}
-
-_DIGEST_LINE = re.compile(r"^(?P<tag>\S+): digest: (?P<digest>sha256:[0-9a-f]{64}) size: \d+\s*$", re.MULTILINE)
-
-# Order matters: an engine problem is neither the registry's fault nor worth retrying, and a refusal of
-# credentials must not be mistaken for a flaky network just because the text also says "EOF" or "timeout".
+# An engine problem is neither the registry's fault nor worth retrying.
 _ENGINE = re.compile(r"cannot connect to the docker daemon|error during connect|docker daemon socket", re.I)
-_AUTH = re.compile(r"unauthorized|no basic auth credentials|authentication required|\bdenied\b|\b40[13]\b", re.I)
-_UNREACHABLE = re.compile(r"no such host|server misbehaving", re.I)  # a typo'd host does not heal by waiting
 _NO_SUCH_MANIFEST = re.compile(r"^no such manifest: ", re.M)  # `docker manifest inspect`: the tag is not there
-_TRANSIENT = re.compile(
-    r"connection refused|connection reset|broken pipe|no route to host|network is unreachable"
-    r"|TLS handshake timeout|i/o timeout|timed? ?out|timeout|\bEOF\b|too many requests|\b429\b"
-    r"|status(?: code)?:? *5\d\d\b"
-    r"|\b5\d\d (?:internal server error|bad gateway|service unavailable|gateway time-?out|insufficient storage)",
-    re.I,
-)
 
 
 class PushError(Exception):
@@ -86,173 +76,6 @@ class PushInterrupted(PushError):
 
 
 @dataclass(frozen=True)
-class PushResult:
-    """One local ref pushed to one registry, and whether the registry provably serves that very image."""
-
-    registry: str
-    ref: str
-    remote_ref: str
-    digest: str | None = None
-    verified: bool = False
-    attempts: int = 0
-    error: str | None = None
-    push_seconds: float = 0.0
-    verify_seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.verified and self.error is None
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "registry": self.registry,
-            "ref": self.ref,
-            "remote_ref": self.remote_ref,
-            "digest": self.digest,
-            "verified": self.verified,
-            "attempts": self.attempts,
-            "error": self.error,
-            "push_seconds": round(self.push_seconds, 3),
-            "verify_seconds": round(self.verify_seconds, 3),
-        }
-
-
-@dataclass(frozen=True)
-class PushTarget:
-    registry: str
-    ref: str
-    remote_ref: str
-
-    @property
-    def repository(self) -> str:
-        """The remote ref without its tag: what `docker pull REPOSITORY@DIGEST` takes."""
-        return split_tag(self.remote_ref)[0]
-
-    @property
-    def tag(self) -> str:
-        return split_tag(self.remote_ref)[1] or "latest"
-
-    def result(self, error: str | None, attempts: int = 0, digest: str | None = None, **seconds: float) -> PushResult:
-        """Verified exactly when nothing went wrong."""
-        return PushResult(self.registry, self.ref, self.remote_ref, digest, error is None, attempts, error, **seconds)
-
-
-@dataclass(frozen=True)
-class RemoteTag:
-    """What a registry serves under a tag: the manifest's digest and the image it names (its config digest, which
-    is the local image ID of that image), or, for a multi-platform index, how many images it lists."""
-
-    digest: str | None
-    image_id: str | None
-    platforms: int = 1
-
-    def describe(self) -> str:
-        if self.image_id is None:
-            return f"a multi-platform index of {self.platforms} images"
-        return f"manifest {self.digest} (image {self.image_id})"
-
-
-# --- deciding (pure) -------------------------------------------------------------------------------------------
-
-
-def retries_from_flag(text: str) -> int:
-    """--retries as typed (Invoke hands it over as text, so a wrong type is exit 2 here, not a traceback there)."""
-    if not re.fullmatch(r"[0-9]{1,3}", text) or int(text) > MAX_RETRIES:
-        raise InputError([Problem("--retries", f"is {text!r}", RETRIES_ALLOWED)])
-    return int(text)
-
-
-def plan_push(
-    refs: Sequence[str], registries: Sequence[str], names: Mapping[str, str] | None = None
-) -> list[PushTarget]:
-    """Every (registry, ref) pair in push order, registries outermost; every input problem reported at once.
-    A ref is published under its own name, or under `names[ref]` (tags.published_refs) where given."""
-    names = names or {}
-    problems: list[Problem] = []
-    if not refs:
-        problems.append(Problem("images", "nothing to push", "at least one built image ref"))
-    if not registries:
-        problems.append(Problem("--registry", "no registry given", REGISTRY_ALLOWED))
-    for registry in dict.fromkeys(registries):
-        problems += registry_problems(registry)
-    for ref in dict.fromkeys(refs):
-        problems += ref_problems(ref)
-        problems += ref_problems(names[ref]) if names.get(ref, ref) != ref else []
-    if problems:
-        raise InputError(problems)
-    return [
-        PushTarget(registry, ref, registry_ref(registry, names.get(ref, ref)))
-        for registry in dict.fromkeys(registries)
-        for ref in dict.fromkeys(refs)
-    ]
-
-
-def failure_kind(output: str) -> Failure:
-    """How a failed docker command failed: only "transient" is worth retrying."""
-    if _AUTH.search(output):
-        return "auth"
-    if _UNREACHABLE.search(output):
-        return "unreachable"
-    if _TRANSIENT.search(output):
-        return "transient"
-    return "other"
-
-
-def parse_remote_tag(output: str) -> RemoteTag | None:
-    """`docker manifest inspect -v` output: one image (an object) or an index (an array of images); None when it
-    is neither, so the caller cannot tell what the tag holds."""
-    try:
-        data = json.loads(output)
-        if isinstance(data, list):
-            return RemoteTag(None, None, len(data))
-        raw = base64.b64decode(data["Raw"], validate=True)
-        config = json.loads(raw)["config"]["digest"]
-        digest = data["Descriptor"]["digest"]
-    except (ValueError, TypeError, KeyError):
-        return None
-    if not (isinstance(config, str) and isinstance(digest, str)):
-        return None
-    if digest != "sha256:" + hashlib.sha256(raw).hexdigest():
-        return None  # the descriptor does not describe these bytes
-    return RemoteTag(digest, config)
-
-
-def daemon_treats_as_insecure(registry: str, config: Mapping[str, Any]) -> bool:
-    """Whether dockerd talks to `registry` over plain HTTP or unverified TLS (its `insecure-registries`, 127.0.0.0/8
-    by default; `config` is `docker info`'s RegistryConfig). Only then may `docker manifest inspect --insecure`
-    do the same: elsewhere it would send the registry's credentials over a connection nobody verified.
-
-    A host name counts only when listed by name: dockerd also resolves names into the insecure CIDRs, which this
-    does not (an HTTP registry known only that way reads as "no such manifest" and is pushed as if new).
-    """
-    host_port = registry.split("/", 1)[0]
-    index = (config.get("IndexConfigs") or {}).get(host_port)
-    if isinstance(index, dict) and isinstance(index.get("Secure"), bool):
-        return not index["Secure"]
-    host = host_port[1 : host_port.find("]")] if host_port.startswith("[") else host_port.split(":", 1)[0]
-    try:
-        address = ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
-    except ValueError:
-        return False
-    for cidr in config.get("InsecureRegistryCIDRs") or ():
-        with contextlib.suppress(ValueError, TypeError):
-            if address in ipaddress.ip_network(cidr, strict=False):
-                return True
-    return False
-
-
-def parse_digest(output: str, tag: str | None = None) -> str | None:
-    """The manifest digest from `docker push` output ("TAG: digest: sha256:... size: N"), for `tag` if given."""
-    found = [(m["tag"], m["digest"]) for m in _DIGEST_LINE.finditer(output)]
-    if tag is not None:
-        found = [item for item in found if item[0] == tag] or found
-    return found[-1][1] if found else None
-
-
-# --- doing (side effects) --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
 class _Outcome:
     """A command's last try, how many tries it took, and (when it failed) how."""
 
@@ -263,96 +86,6 @@ class _Outcome:
     @property
     def ok(self) -> bool:
         return self.last.ok
-
-
-class _Hung(KeyboardInterrupt):
-    """A streamed command ran past its deadline. A KeyboardInterrupt, because that is what makes the runner stop
-    the command it streams (it terminates the child, then re-raises); `_Signals.bounded` turns it into a result."""
-
-
-class _Signals:
-    """SIGINT and SIGTERM during a push: the first one raises KeyboardInterrupt where the push is (which kills the
-    docker command it waits on); if it comes while a temporary tag is being removed, the removal finishes first and
-    `check` raises it after. Later signals are ignored, so the cleanup always finishes. Handlers exist only in the
-    main thread, as signals do.
-
-    SIGALRM bounds a streamed command (`bounded`): a timer thread sends it to the main thread, where it interrupts
-    the blocking read of the command's output and the handler raises _Hung."""
-
-    def __init__(self) -> None:
-        self.received: str | None = None
-        self._cleaning = False
-        self._installed = False
-        self._alarm_due = False  # a deadline passed and its SIGALRM is on its way
-        self._previous_alarm: Any = None
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        if self.received is not None:
-            return
-        self.received = signal.Signals(signum).name
-        if not self._cleaning:
-            raise KeyboardInterrupt(self.received)
-
-    def _alarm(self, signum: int, frame: FrameType | None) -> None:
-        if self._alarm_due:
-            self._alarm_due = False
-            raise _Hung
-        if callable(self._previous_alarm):  # not ours: whoever set SIGALRM up before gets it
-            self._previous_alarm(signum, frame)
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[_Signals]:
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
-        previous = {number: signal.signal(number, self._handle) for number in (signal.SIGINT, signal.SIGTERM)}
-        previous[signal.SIGALRM] = self._previous_alarm = signal.signal(signal.SIGALRM, self._alarm)
-        self._installed = True
-        try:
-            yield self
-        finally:
-            self._installed = False
-            for number, handler in previous.items():
-                signal.signal(number, signal.SIG_DFL if handler is None else handler)
-
-    def bounded(self, seconds: float, run: Callable[[], int]) -> int | None:
-        """run() unless it takes more than `seconds`: then it is interrupted (the runner stops its command) and the
-        answer is None. Without our handlers (off the main thread) run() is not bounded."""
-        if not self._installed:
-            return run()
-        main = threading.main_thread().ident
-        assert main is not None
-
-        def expire() -> None:
-            self._alarm_due = True
-            signal.pthread_kill(main, signal.SIGALRM)
-
-        timer = threading.Timer(seconds, expire)
-        timer.daemon = True
-        try:
-            try:
-                timer.start()
-                return run()
-            finally:
-                timer.cancel()
-                timer.join()
-                self._alarm_due = False  # too late to matter: the command has ended
-        except _Hung:
-            return None
-
-    @contextlib.contextmanager
-    def cleanup(self) -> Iterator[None]:
-        """A block a signal does not interrupt (`check` raises it afterwards)."""
-        self._cleaning = True
-        try:
-            yield
-        finally:
-            self._cleaning = False
-
-    def check(self) -> None:
-        """Raise the signal that came during a cleanup, now that the cleanup is done."""
-        if self.received is not None:
-            raise KeyboardInterrupt(self.received)
 
 
 class _Interrupted(Exception):
@@ -407,7 +140,7 @@ def push_image(
     if problems:
         raise InputError(problems)
     targets = plan_push(refs, registries, names)
-    signals = _Signals()
+    signals = PushSignals()
     settings = _Settings(runner, sleep, retries, backoff, timeout, signals, sys.stdout if out is None else out)
     results: list[PushResult] = []
     with signals.installed():
@@ -446,7 +179,7 @@ class _Settings:
     retries: int
     backoff: float
     timeout: float
-    signals: _Signals
+    signals: PushSignals
     out: TextIO
     _registry_config: Mapping[str, Any] | None = None
     _layers: dict[str, tuple[Layer, ...]] = field(default_factory=dict)  # image ID -> its layers
@@ -517,7 +250,7 @@ def _local_ids(runner: Runner, refs: list[str]) -> dict[str, str]:
 
 
 def _push_one(
-    target: PushTarget, local_id: str, settings: _Settings, signals: _Signals, immutable: bool
+    target: PushTarget, local_id: str, settings: _Settings, signals: PushSignals, immutable: bool
 ) -> tuple[PushResult, bool]:
     """The result, and whether the registry's other refs are not worth trying (credentials refused, unreachable)."""
     runner, ref, remote, result = settings.runner, target.ref, target.remote_ref, target.result

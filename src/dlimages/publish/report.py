@@ -13,7 +13,8 @@ from typing import Any
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
 from dlimages.core.runner import DEFAULT, Runner
-from dlimages.publish.push import INSPECT_TIMEOUT_S, PushError, PushResult
+from dlimages.publish.push import INSPECT_TIMEOUT_S, PushError
+from dlimages.publish.pushplan import PushResult
 
 MANIFEST_TIMEOUT_S = 300.0
 VENV_PYTHON = "/opt/venv/bin/python"

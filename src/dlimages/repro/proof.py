@@ -14,7 +14,8 @@ from pathlib import Path
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.references import image_problems
 from dlimages.core.runner import Runner
-from dlimages.repro.layerdiff import CompareError, ImageComparison, compare_images
+from dlimages.repro.comparison import ImageComparison
+from dlimages.repro.layerdiff import CompareError, compare_images
 
 # Empty caches: no layer is reused (--no-cache) and pip's download cache (a BuildKit cache mount) is emptied too.
 PRUNE_CACHE_MOUNTS = ["docker", "builder", "prune", "--force", "--filter", "type=exec.cachemount"]
