@@ -62,7 +62,7 @@ start() {
         die "PORT must be 1-65535, got '$port'"
     fi
     [[ -z "$auth" || "$auth" == *:* ]] || die "--auth takes USER:PASS, got '$auth'"
-    command -v docker-registry >/dev/null || die "docker-registry missing: run `sudo bash scripts/engine.sh --fixtures` first"
+    command -v docker-registry >/dev/null || die "docker-registry missing: run 'sudo bash scripts/engine.sh --fixtures' first"
 
     local dir="$STATE_ROOT/$name" pid
     if pid="$(running_pid "$name")"; then

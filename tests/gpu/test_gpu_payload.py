@@ -1,7 +1,7 @@
 """The in-image payload commands (dl-smoke, dl-bench) on a real GPU, run as plain scripts.
 
 Without a GPU every test here is reported SKIPPED with the reason, never passed; the multi-GPU ones skip likewise
-with fewer than two GPUs. Nothing here needs dlimages installed: the scripts import dl_stack.py beside them, and the
+with fewer than two GPUs. Nothing here needs dlimages installed: the scripts import the modules beside them, and the
 one test that calls the arch rule loads that file.
 
 The cuDNN test renames cuDNN's library files for a moment (and restores them): it runs only where

@@ -24,7 +24,7 @@ from dlimages.build.mirrors import MirrorArgs
 from dlimages.build.plan import BuildPlan
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.generate.project import Project
-from dlimages.generate.render import environment
+from dlimages.generate.templating import environment
 from dlimages.model.cells import Cell
 
 pytestmark = pytest.mark.integration

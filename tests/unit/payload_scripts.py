@@ -1,5 +1,5 @@
-"""What the payload tests share: where dl-smoke, dl-bench and dl_stack.py live, ways to run a script as a plain
-file without a GPU, from the source tree or installed as an image installs it, and worker targets for the
+"""What the payload tests share: where dl-smoke, dl-bench and the modules they import live, ways to run a script as a
+plain file without a GPU, from the source tree or installed as an image installs it, and worker targets for the
 one-process-per-GPU launcher (dl_stack.run_workers) that behave as GPU workers do when they fail."""
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ PAYLOAD = Path(__file__).resolve().parents[2] / "src" / "dlimages" / "payload"
 SMOKE = PAYLOAD / "dl_smoke.py"
 BENCH = PAYLOAD / "dl_bench.py"
 STACK = PAYLOAD / "dl_stack.py"
+# What both commands import; each command's own parts are dl_smoke_*.py and dl_bench_*.py.
+SHARED = (STACK, PAYLOAD / "dl_command.py")
+MODULES = sorted(PAYLOAD.glob("dl_*.py"))  # the commands and every module they import
 
 # The scripts' skip paths (exit 77) run through torch; without it they exit 2.
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (pip install torch)")
@@ -46,11 +49,18 @@ def run_main(
     return subprocess.CompletedProcess([module.__name__, *args], code, captured.out, captured.err)
 
 
+def parts(script: Path) -> list[Path]:
+    """The modules `script` imports beside it: the shared ones and its own dl_<command>_*.py."""
+    return [*SHARED, *sorted(PAYLOAD.glob(f"{script.stem}_*.py"))]
+
+
 def install_like_an_image(script: Path, command: str, folder: Path) -> Path:
-    """Copy `script` into `folder` as `command` with dl_stack.py beside it, as images lay out /usr/local/bin."""
+    """Copy `script` into `folder` as `command` with the modules it imports beside it, as images lay out
+    /usr/local/bin (only its own parts: a TensorFlow image has dl-smoke's, not dl-bench's)."""
     installed = folder / command
     shutil.copy2(script, installed)
-    shutil.copy2(STACK, folder / STACK.name)
+    for module in parts(script):
+        shutil.copy2(module, folder / module.name)
     return installed
 
 

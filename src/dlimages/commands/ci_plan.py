@@ -47,7 +47,9 @@ def checks(root: Path, python: str) -> list[Step]:
     lock changed), then the unit tests and the GPU tests.
 
     The GPU tests run too: on a machine without a GPU they are reported as skipped, never passed. The tests are
-    spread over every core (pytest-xdist): about 19 s instead of 27 s on a 2-core machine.
+    spread over every core (pytest-xdist), an idle worker taking tests from a busy one (`--dist worksteal`: the
+    slow tests that start processes otherwise leave one core idle at the end; 57 s instead of 63-74 s on a 2-core
+    machine, docs/notes/measurements.md).
     """
     py = shlex.quote(python)
     linters = root / ".github/linters"
@@ -63,7 +65,8 @@ def checks(root: Path, python: str) -> list[Step]:
         ),
         Step(
             "unit and GPU tests",
-            f"{py} -m pytest {_q(root / 'tests/unit')} {_q(root / 'tests/gpu')} -p no:cacheprovider -rs -n auto",
+            f"{py} -m pytest {_q(root / 'tests/unit')} {_q(root / 'tests/gpu')} -p no:cacheprovider -rs "
+            "-n auto --dist worksteal",
         ),
     ]
 

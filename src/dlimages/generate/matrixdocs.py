@@ -1,9 +1,10 @@
 """The matrix for people who look before they read: the table of docs/matrix.md and the driver tables of
-docs/provisioning.md, as text made from the expansion (render.py writes them and checks them for drift).
+docs/provisioning.md, made from the expansion (render.py writes them and checks them for drift).
 
-Pure and deterministic: the same matrix, locks and documents give the same bytes, with nothing from the clock or the
-host. A generated block sits between two marker lines of its document (`<!-- NAME:begin -->`, `<!-- NAME:end -->`);
-everything outside them is the document's own.
+Python computes what each table cell says; the templates in templates/docs/ lay the blocks out (notes, prose, tables,
+a `|` in a cell escaped). Pure and deterministic: the same matrix, locks and documents give the same bytes, with
+nothing from the clock or the host. A generated block sits between two marker lines of its document
+(`<!-- NAME:begin -->`, `<!-- NAME:end -->`); everything outside them is the document's own.
 """
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
 
 from dlimages.core.errors import InputError, Problem
+from dlimages.generate.templating import environment
 from dlimages.model import doctor
 from dlimages.model.cells import Cell, Exclusion, Expansion
 from dlimages.model.compat import Candidate, DriverRule
@@ -22,6 +27,7 @@ from dlimages.payload.dl_stack import FRAMEWORKS
 DOCS = "docs"  # every document with a generated block lives here; a tree without it (a test's copy) has none
 MATRIX_PAGE = f"{DOCS}/matrix.md"
 PROVISIONING = f"{DOCS}/provisioning.md"
+Row = tuple[str, ...]  # what each cell of a table row says, in the order of the template's columns
 
 # What each Reason.rule of compat.judge means, in a line: the legend of the matrix page's exclusions.
 REASON_CODES: Mapping[str, str] = {
@@ -81,12 +87,14 @@ class Block:
         return f"the block between `{self.begin}` and `{self.end}`"
 
 
-def blocks(matrix: Matrix, expansion: Expansion, locks: Mapping[str, str]) -> list[Block]:
-    """Every generated block, by document; `locks`: each cell's lock status by slug (lock.lock_state)."""
+def blocks(matrix: Matrix, expansion: Expansion, locks: Mapping[str, str], root: Path) -> list[Block]:
+    """Every generated block, by document; `locks`: each cell's lock status by slug (lock.lock_state); `root`: the
+    repo whose templates/docs/ lay the blocks out."""
+    env = environment(root)
     return [
-        Block(MATRIX_PAGE, "matrix", matrix_table(matrix, expansion, locks)),
-        Block(PROVISIONING, "drivers", driver_tables(matrix, expansion)),
-        Block(PROVISIONING, "nodes", example_nodes(expansion)),
+        Block(MATRIX_PAGE, "matrix", matrix_table(env, matrix, expansion, locks)),
+        Block(PROVISIONING, "drivers", driver_tables(env, matrix, expansion)),
+        Block(PROVISIONING, "nodes", example_nodes(env, expansion)),
     ]
 
 
@@ -108,10 +116,6 @@ def splice(text: str, block: Block) -> str:
             ]
         )
     return "".join(lines[: begins[0] + 1]) + block.text + "".join(lines[ends[0] :])
-
-
-def generated_note(what: str = "this block") -> str:
-    return f"<!-- {what} is generated from matrix.yaml by `invoke render`: edit matrix.yaml, not this -->\n"
 
 
 # --- shared views of the expansion ----------------------------------------------------------------------------
@@ -164,11 +168,6 @@ def _flavors(cells: Iterable[Cell], matrix: Matrix) -> str:
     return ", ".join(flavor for flavor in matrix.axes.flavor if flavor in have)
 
 
-def _md(text: str) -> str:
-    """Text for a Markdown table cell."""
-    return text.replace("|", "\\|")
-
-
 def _link(url: str, label: str) -> str:
     return f"[{label}]({url})" if url.startswith(("https://", "http://")) else url
 
@@ -213,83 +212,68 @@ def _lock_text(cells: Sequence[Cell], locks: Mapping[str, str], matrix: Matrix) 
     )
 
 
-def matrix_table(matrix: Matrix, expansion: Expansion, locks: Mapping[str, str]) -> str:
+def matrix_table(env: jinja2.Environment, matrix: Matrix, expansion: Expansion, locks: Mapping[str, str]) -> str:
     """The matrix page's block: releases by CUDA by Python with each valid cell's flavors, CUDA libraries, base and
     lock, then every excluded combination, grouped by release and reason (in a <details>)."""
     point = _points(expansion)
     pythons = matrix.axes.python
-    counts = ", ".join(
-        f"{_title(framework)} {sum(1 for c in expansion.cells if c.framework == framework)}"
-        for framework in matrix.frameworks
-    )
-    total = len(expansion.cells) + len(expansion.excluded)
-    locked = sum(1 for cell in expansion.cells if locks.get(cell.slug) == "locked")
-    wheel_bases = {c.python: c.base_image for c in expansion.cells if c.cuda_source == "wheel"}
-    lines = [
-        generated_note(),
-        f"**{len(expansion.cells)} valid cells** ({counts}) of the {total} combinations the axes allow; "
-        f"{locked} are locked (`invoke lock`). Each row is a release on one CUDA; each Python column gives the "
-        "flavors built, or ✗ and the code of the rule that excludes it (legend below). Cells whose CUDA comes from "
-        "wheels start from their Python's OS image: "
-        + ", ".join(f"{python} `{wheel_bases[python]}`" for python in pythons if python in wheel_bases)
-        + "; the others from the `nvidia/cuda` base named, with the flavor and OS for `*`.",
-        "",
-        "| release | CUDA | " + " | ".join(f"Python {p}" for p in pythons) + " | CUDA libraries | lock |",
-        "| --- | --- | " + " | ".join("---" for _ in pythons) + " | --- | --- |",
-    ]
+    rows: list[Row] = []
     for framework in matrix.frameworks:
         for cuda in matrix.axes.cuda:
-            rows: list[tuple[list[str], tuple[str, ...]]] = []
+            merged: list[tuple[list[str], Row]] = []
             for version in _built_for(matrix, framework, cuda):
                 points = [point(framework, version, cuda, python) for python in pythons]
                 cells = [cell for p in points for cell in p.cells]
-                entries = tuple(
+                entries = [
                     _flavors(p.cells, matrix) if p.cells else "✗ " + ", ".join(f"`{code}`" for code in p.codes)
                     for p in points
-                )
-                details = (
+                ]
+                key = (
+                    *entries,
                     " / ".join(dict.fromkeys(_cuda_libraries(cell) for cell in cells)) if cells else "none built",
                     _lock_text(cells, locks, matrix) if cells else "",
                 )
-                key = (*entries, *details)
-                if rows and rows[-1][1] == key:
-                    rows[-1][0].append(version)  # the same row but for the version: one row, several versions
+                if merged and merged[-1][1] == key:
+                    merged[-1][0].append(version)  # the same row but for the version: one row, several versions
                 else:
-                    rows.append(([version], key))
-            for versions, key in rows:
-                release = f"{_title(framework)} {', '.join(versions)}"
-                lines.append(f"| {release} | {cuda} | " + " | ".join(_md(value) for value in key) + " |")
-    lines += ["", *_exclusions_details(matrix, expansion)]
-    return "\n".join(lines) + "\n"
+                    merged.append(([version], key))
+            rows += [(f"{_title(framework)} {', '.join(versions)}", cuda, *key) for versions, key in merged]
+    wheel_bases = {c.python: c.base_image for c in expansion.cells if c.cuda_source == "wheel"}
+    return env.get_template(f"{DOCS}/matrix.md.j2").render(
+        cells=len(expansion.cells),
+        counts=[(_title(f), sum(1 for c in expansion.cells if c.framework == f)) for f in matrix.frameworks],
+        combinations=len(expansion.cells) + len(expansion.excluded),
+        locked=sum(1 for cell in expansion.cells if locks.get(cell.slug) == "locked"),
+        wheel_bases=[(python, wheel_bases[python]) for python in pythons if python in wheel_bases],
+        pythons=pythons,
+        rows=rows,
+        excluded=len(expansion.excluded),
+        exclusions=_exclusions(matrix, expansion),
+        codes=[
+            (code, REASON_CODES.get(code, UNKNOWN_CODE))
+            for code in sorted({r.rule for e in expansion.excluded for r in e.reasons})
+        ],
+    )
 
 
-def _exclusions_details(matrix: Matrix, expansion: Expansion) -> list[str]:
+def _exclusions(matrix: Matrix, expansion: Expansion) -> list[Row]:
+    """The exclusions' rows: release, where, rule and reason, grouped by release and rule."""
     groups: dict[tuple[str, str, str], list[Exclusion]] = {}
     for exclusion in expansion.excluded:
         c = exclusion.candidate
         for reason in exclusion.reasons:
             groups.setdefault((c.framework, c.version, reason.rule), []).append(exclusion)
-    codes = sorted({rule for _, _, rule in groups})
-    lines = [
-        f"<details><summary>The {len(expansion.excluded)} excluded combinations, by release and rule "
-        "(<code>invoke matrix --explain</code> lists each one)</summary>",
-        "",
-        "| release | excluded | code | reason |",
-        "| --- | --- | --- | --- |",
-    ]
     order = {framework: index for index, framework in enumerate(matrix.frameworks)}
+    rows: list[Row] = []
     for (framework, version, rule), exclusions in sorted(
         groups.items(), key=lambda item: (order[item[0][0]], version_key(item[0][1]), item[0][2])
     ):
         reasons = [r for e in exclusions for r in e.reasons if r.rule == rule]
-        texts = _merged_texts([r.text for r in reasons])
-        sources = list(dict.fromkeys(r.source for r in reasons))
-        cited = ", ".join(_link(url, "source") for url in sources)
+        cited = ", ".join(_link(url, "source") for url in dict.fromkeys(r.source for r in reasons))
         where = "; ".join(_describe(matrix, [e.candidate for e in exclusions]))
-        lines.append(f"| {_title(framework)} {version} | {_md(where)} | `{rule}` | {_md(texts)} ({cited}) |")
-    lines += ["", "Codes: " + "; ".join(f"`{code}`: {REASON_CODES.get(code, UNKNOWN_CODE)}" for code in codes) + "."]
-    lines += ["", "</details>"]
-    return lines
+        text = f"{_merged_texts([r.text for r in reasons])} ({cited})"
+        rows.append((f"{_title(framework)} {version}", where, f"`{rule}`", text))
+    return rows
 
 
 def _merged_texts(texts: Sequence[str]) -> str:
@@ -330,15 +314,10 @@ def _describe(matrix: Matrix, candidates: Sequence[Candidate]) -> list[str]:
 # --- docs/provisioning.md: driver floors and example nodes ------------------------------------------------------
 
 
-def driver_tables(matrix: Matrix, expansion: Expansion) -> str:
+def driver_tables(env: jinja2.Environment, matrix: Matrix, expansion: Expansion) -> str:
     """Driver floors per CUDA, then the driver rule of each group of images: from matrix.yaml through each cell's
     compat.DriverRule, the rule its NVIDIA_REQUIRE_CUDA, labels and the doctor share."""
-    lines = [
-        generated_note(),
-        "| CUDA | toolkit | its own driver: any GPU, every feature | minor-version floor: any GPU, no PTX JIT "
-        "| older branches for data-center GPUs (forward compatibility) | images | sources |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    floors: list[Row] = []
     for cuda in matrix.axes.cuda:
         toolkit = matrix.cuda[cuda]
         cells = [cell for cell in expansion.cells if cell.cuda == cuda]
@@ -366,27 +345,17 @@ def driver_tables(matrix: Matrix, expansion: Expansion) -> str:
         base_images = matrix.nvidia_cuda.toolkits.get(cuda)
         if bases and base_images is not None and base_images.require_source:
             sources.append(_link(base_images.require_source, "base Dockerfile"))
-        lines.append(
-            f"| {cuda} | {toolkit.toolkit} | {toolkit.min_driver} | {floor} | {forward} | {_md(images or 'none')} "
-            f"| {', '.join(sources)} |"
-        )
-    lines += [
-        "",
-        "Each image's rule, as its `NVIDIA_REQUIRE_CUDA` and `io.dlimages.*-driver` labels carry it and "
-        "`invoke doctor` evaluates it:",
-        "",
-        "| images | CUDA from | `NVIDIA_REQUIRE_CUDA` | runs on |",
-        "| --- | --- | --- | --- |",
-    ]
-    rules: dict[tuple[DriverRule, str], list[Cell]] = {}
+        floors.append((cuda, toolkit.toolkit, toolkit.min_driver, floor, forward, images or "none", ", ".join(sources)))
+    groups: dict[tuple[DriverRule, str], list[Cell]] = {}
     for cell in expansion.cells:
-        rules.setdefault((cell.driver, cell.cuda_source), []).append(cell)
-    for (rule, source), cells in sorted(
-        rules.items(), key=lambda item: (matrix.axes.cuda.index(item[0][0].cuda), item[0][1] != "wheel")
-    ):
-        lines.append(f"| {_versions_of(cells)} | {_source_text(source)} | {_require_text(matrix, rule, source)} "
-                     f"| {_runs_on(rule)} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+        groups.setdefault((cell.driver, cell.cuda_source), []).append(cell)
+    rules = [
+        (_versions_of(cells), _source_text(source), _require_text(matrix, rule, source), _runs_on(rule))
+        for (rule, source), cells in sorted(
+            groups.items(), key=lambda item: (matrix.axes.cuda.index(item[0][0].cuda), item[0][1] != "wheel")
+        )
+    ]
+    return env.get_template(f"{DOCS}/drivers.md.j2").render(floors=floors, rules=rules)
 
 
 def _source_text(source: str) -> str:
@@ -416,13 +385,9 @@ def _runs_on(rule: DriverRule) -> str:
     return "; ".join(parts)
 
 
-def example_nodes(expansion: Expansion) -> str:
+def example_nodes(env: jinja2.Environment, expansion: Expansion) -> str:
     """What the doctor says about EXAMPLE_NODES: how many images run, how, and which do not and why."""
-    lines = [
-        generated_note(),
-        f"| node | `invoke doctor ...` | runs (of {len(expansion.cells)}) | does not run |",
-        "| --- | --- | --- | --- |",
-    ]
+    rows: list[Row] = []
     for example in EXAMPLE_NODES:
         node = doctor.node_from_flags(example.gpu, example.driver, _no_probe, example.brand)
         runs: dict[str, int] = {}
@@ -440,9 +405,8 @@ def example_nodes(expansion: Expansion) -> str:
                 causes.setdefault("; ".join(verdict.reasons), []).append(cell)
         how = ", ".join(f"{runs[path]} {path}" for path in doctor.PATHS if path in runs)
         not_run = "; ".join(f"{cause} ({len(cells)}): {_versions_of(cells)}" for cause, cells in causes.items())
-        lines.append(f"| {example.name} | `{example.flags}` | {sum(runs.values())} ({how or 'none'}) "
-                     f"| {_md(not_run or 'none')} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+        rows.append((example.name, f"`{example.flags}`", f"{sum(runs.values())} ({how or 'none'})", not_run or "none"))
+    return env.get_template(f"{DOCS}/nodes.md.j2").render(cells=len(expansion.cells), rows=rows)
 
 
 def _no_probe() -> doctor.Node:

@@ -1,0 +1,108 @@
+"""tasks.py over dlimages.commands: each task's flags are its command's keyword-only parameters (the five cell flags
+in the place of `cells`), lists are repeatable, and the task file stays thin (issue 18: a body calls one function)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from invoke.loader import FilesystemLoader
+from invoke.tasks import Task
+
+from dlimages import commands
+from dlimages.commands import CellFlags, flag_parameters, repeatable
+
+REPO = Path(__file__).resolve().parents[3]
+TASKS = REPO / "tasks.py"
+CELL_FLAGS = ["cuda", "torch", "tf", "python", "flavor"]
+
+
+@pytest.fixture
+def tasks(monkeypatch: pytest.MonkeyPatch) -> dict[str, Task]:
+    """The tasks of tasks.py by function name, loaded as Invoke loads them (which puts the repo first on sys.path
+    and the module in sys.modules: both put back afterwards)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "tasks", raising=False)
+    module, _ = FilesystemLoader(start=str(REPO)).load("tasks")
+    del sys.modules["tasks"]
+    return {name: value for name, value in vars(module).items() if isinstance(value, Task)}
+
+
+def test_each_task_has_exactly_the_flags_of_its_command_in_their_order(tasks: dict[str, Task]) -> None:
+    assert len(tasks) == 18
+    for name, task in tasks.items():
+        arguments = task.get_arguments()  # once: Invoke hands each flag its help as it makes the arguments
+        declared = [param.name for param in flag_parameters(getattr(commands, name))]
+        positional = [argument.name for argument in arguments if argument.positional]  # Invoke puts these first
+        assert [argument.name for argument in arguments] == positional + [n for n in declared if n not in positional]
+        assert all(argument.help for argument in arguments), f"{name}: a flag without help"
+
+
+def test_cells_stands_for_the_five_cell_flags_where_it_is() -> None:
+    assert [param.name for param in flag_parameters(commands.bases_mirror)][:6] == ["to", *CELL_FLAGS]
+    assert [param.name for param in flag_parameters(commands.build)][:6] == [*CELL_FLAGS, "mirror"]
+    assert "cuda" not in [param.name for param in flag_parameters(commands.push)]
+
+
+@pytest.mark.parametrize(
+    ("command", "lists"),
+    [
+        (commands.push, ["registry", "image"]),
+        (commands.bases_mirror, ["image"]),
+        (commands.lock, ["upgrade_package"]),
+        (commands.build, []),
+        (commands.bench, []),  # one --image: a str, not a list
+    ],
+)
+def test_flags_typed_as_a_sequence_are_repeatable(command: object, lists: list[str]) -> None:
+    assert repeatable(command) == lists  # type: ignore[arg-type]
+
+
+def test_cell_flags_are_gathered_into_one_value_and_only_where_all_five_are() -> None:
+    given = {"to": "r", "cuda": "11.8", "torch": None, "tf": None, "python": "3.10", "flavor": None}
+    assert CellFlags.take(given) == {"to": "r", "cells": CellFlags(cuda="11.8", python="3.10")}
+    assert CellFlags.take({"image": ["x"]}) == {"image": ["x"]}
+    assert CellFlags(torch="2.1").given() == {
+        "--cuda": None,
+        "--torch": "2.1",
+        "--tf": None,
+        "--python": None,
+        "--flavor": None,
+    }
+
+
+def test_the_task_file_stays_thin(tasks: dict[str, Task]) -> None:
+    text = TASKS.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name in tasks:
+            first = node.body[1] if ast.get_docstring(node) else node.body[0]
+            assert node.end_lineno is not None and node.end_lineno - first.lineno + 1 <= 12, node.name
+
+
+def test_test_without_the_test_tools_names_the_extra_and_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlimages.commands import images
+    from dlimages.commands.session import Failed
+
+    monkeypatch.setattr(images, "TEST_TOOLS", ("pytest", "dlimages_no_such_test_tool"))
+    with pytest.raises(Failed) as raised:
+        images.test(REPO, None, image=["any:ref"])  # type: ignore[arg-type]  # the shell is never reached
+    assert raised.value.code == 2
+    assert "dlimages_no_such_test_tool, not installed here: pip install -e '.[test]'" in raised.value.message
+    assert "pytest," not in raised.value.message  # only what is missing
+
+
+def test_the_test_tools_are_the_test_extra_and_not_the_main_install() -> None:
+    import tomllib
+
+    from dlimages.commands.images import TEST_TOOLS
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[<>=!~ \[]", d)[0] for d in project["optional-dependencies"]["test"]}
+    assert names == {"pytest", "pytest-testinfra", "selenium"}
+    assert {n.removeprefix("pytest-") if n != "pytest" else n for n in names} == set(TEST_TOOLS)
+    assert not names & {re.split(r"[<>=!~ \[]", d)[0] for d in project["dependencies"]}
+    assert "dlimages[test]" in project["optional-dependencies"]["dev"]
