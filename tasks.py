@@ -154,6 +154,7 @@ def repro(c: Context, **flags: Any) -> None:
         "check": "resolve nothing; fail if a lock is stale or broken, or a PyPI-only cell has none",
         "upgrade_package": "let this package move to its newest allowed version (repeatable); others keep their pins",
         "timeout": f"seconds one cell may take to resolve (default {RESOLVE_TIMEOUT_S:g})",
+        "prove": "resolve nothing; install each lock on its cell's Python, import the framework (fails if one cannot)",
     },
 )
 def lock(c: Context, **flags: Any) -> None:
@@ -249,9 +250,9 @@ def bench(c: Context, **flags: Any) -> None:
     help={
         "gpu": "GPU architecture(s) of the node to ask about, e.g. sm_90 or 8.6,9.0 (with --driver)",
         "driver": "NVIDIA driver version of that node, e.g. 535.104.05 (with --gpu)",
-        "brand": "GPU brand(s) as the NVIDIA container toolkit names them: tesla or nvidia (data-center), geforce, "
-        "quadro, nvidiartx, ...; one for all GPUs or one each (default: read on this host; for --gpu, judged as "
-        "not data-center, saying where a data-center GPU differs)",
+        "brand": "GPU brand(s) as the container toolkit names them: tesla or nvidia (data-center), geforce, quadro, "
+        "nvidiartx, ...; one for all or one each (default: read on this host; for --gpu: not data-center)",
+        "toolkit": "the node's NVIDIA container toolkit version, e.g. 1.17.8 (default: read on this host)",
         "json": f"print a JSON array: each cell as `{usage.MATRIX_JSON}` gives it, plus runs, runs_through, reasons, "
         "needs_driver and run_notes",
     },
@@ -294,7 +295,6 @@ def package_diff(c: Context, **flags: Any) -> None:
 bases = Collection("bases")
 bases.add_task(bases_list, name="list", default=True)
 bases.add_task(bases_mirror, name="mirror")
-namespace = Collection(
-    matrix, render, build, bake, repro, lock, base, bases, test, push, smoke, bench, doctor, disk, check, ci
-)
+TOP = (matrix, render, build, bake, repro, lock, base, bases, test, push, smoke, bench, doctor, disk, check, ci)
+namespace = Collection(*TOP)
 namespace.add_task(package_diff)

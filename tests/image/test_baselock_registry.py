@@ -30,6 +30,7 @@ from dlimages.build.basesource import BaseSource, choose
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import Result
 from dlimages.generate.baselock import BaseLock, refresh, resolve_digest, skopeo_argv
+from dlimages.generate.baserequire import Requirement, read_requirement
 from dlimages.generate.project import Project
 
 pytestmark = pytest.mark.integration
@@ -44,7 +45,7 @@ _PUSHED = re.compile(r"^\S+: digest: (?P<digest>sha256:[0-9a-f]{64}) size: \d+$"
 
 
 class Push(Protocol):
-    def __call__(self, ref: str, text: str = "") -> str: ...
+    def __call__(self, ref: str, text: str = "", env: str = "") -> str: ...
 
 
 def docker(*args: str, check: bool = True) -> Result:
@@ -82,10 +83,11 @@ def push(registry: str, tmp_path: Path) -> Iterator[Push]:
     push` printed (checked against RepoDigests). Every image built is removed at the end, by ID."""
     built: list[str] = []
 
-    def _push(ref: str, text: str = "") -> str:
+    def _push(ref: str, text: str = "", env: str = "") -> str:
         context = tmp_path / f"context-{len(built)}"
         context.mkdir()
-        (context / "Dockerfile").write_text("FROM scratch\nCOPY hello /hello\n", encoding="utf-8")
+        dockerfile = "FROM scratch\n" + (f"ENV {env}\n" if env else "") + "COPY hello /hello\n"
+        (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
         (context / "hello").write_text(text or uuid.uuid4().hex, encoding="utf-8")  # unique: our own image ID
         iid = context / "iid"
         docker("buildx", "build", "--load", "--provenance=false", "--iidfile", str(iid), "-t", ref, str(context))
@@ -224,3 +226,16 @@ def test_a_registry_that_never_answers_is_reported_within_the_timeout(engine: No
         resolved = resolve_digest(ref, RUNNER, timeout=2)
     assert resolved.problem is not None
     assert resolved.problem.startswith("the registry did not answer within 2 s (skopeo: "), resolved.problem
+
+
+def test_a_bases_own_nvidia_require_cuda_is_read_from_its_config_by_digest(registry: str, push: Push) -> None:
+    """What `invoke bases --lock` compares with matrix.yaml's record (generate/baserequire)."""
+    ref = f"{registry}/nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04"
+    value = "cuda>=11.8 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471"
+    digest = push(ref, env=f'NVIDIA_REQUIRE_CUDA="{value}"')
+    assert read_requirement(f"{ref}@{digest}", RUNNER) == Requirement(f"{ref}@{digest}", value=value)
+    plain = push(ref)  # the tag moves to an image without the variable; the digest still names the first
+    assert read_requirement(f"{ref}@{plain}", RUNNER) == Requirement(f"{ref}@{plain}", value=None)
+    assert read_requirement(f"{ref}@{digest}", RUNNER).value == value
+    missing = read_requirement(f"{registry}/nvidia/cuda@sha256:{'0' * 64}", RUNNER)
+    assert missing.value is None and (missing.problem or "").startswith("skopeo could not read its config: ")

@@ -16,7 +16,7 @@ from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
-from dlimages.generate import baselock
+from dlimages.generate import baselock, baserequire
 from dlimages.generate.project import Project
 from dlimages.gpu import inimage
 from dlimages.model.selection import select
@@ -54,7 +54,9 @@ def bases_list(project: Project, *, cells: CellFlags = ANY_CELL, lock: bool = Fa
     recorded.write(path)
     lines = [f"{'recorded' if result.ok else 'NOT recorded'} {result}" for result in results]
     lines.append(f"{baselock.LOCK_FILE}: {sum(r.ok for r in results)} of {len(results)} bases recorded now.")
-    if not all(r.ok for r in results):
+    stale = baserequire.stale_records(project.matrix, chosen, recorded, RUNNER)  # the bases' own requirements
+    lines += stale
+    if stale or not all(r.ok for r in results):
         raise Failed(output="\n".join(lines))
     return "\n".join(lines)
 

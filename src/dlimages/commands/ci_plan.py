@@ -22,9 +22,10 @@ BUILDS = (
 PYTORCH_IMAGE = "lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"  # what BUILDS[0] tags
 REPRO = f"{BUILDS[0]} --against {PYTORCH_IMAGE}"
 # Free space `invoke ci` needs on the file system of its engine's data root: the largest drop measured over a whole
-# run from an empty build cache was 24 GB (docs/notes/measurements.md); the rest is room for image tests whose layers
-# are not cached.
-DISK_NEED_GB = 40
+# run from an empty build cache was 24 GB (docs/notes/measurements.md); a lock proof takes up to 10 GB while it runs
+# (a CUDA framework's wheels, in a uv cache of its own deleted after it); the rest is room for image tests whose
+# layers are not cached.
+DISK_NEED_GB = 50
 # The engine CI runs on: one of its own, on a fresh data root in a fresh folder here, deleted at the end of the run
 # (scripts/engine.sh --own): the host's engine, images and cache are never touched. /var/tmp, not /tmp: the data root
 # holds tens of GB and /tmp may be memory.

@@ -10,11 +10,14 @@ from dlimages.commands.session import Failed, note
 from dlimages.core import usage
 from dlimages.core.errors import InputError
 from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.core.runner import run_folder
 from dlimages.generate import lock as lock_files
+from dlimages.generate import lockproof
 from dlimages.generate.changes import changed_since
 from dlimages.generate.project import Project
 from dlimages.gpu import probe
 from dlimages.model import doctor as node_doctor
+from dlimages.model.cells import Cell
 from dlimages.model.selection import flags_for, select
 from dlimages.model.tables import cells_table, exclusions_text
 
@@ -59,11 +62,15 @@ def lock(
     check: bool = False,
     upgrade_package: Sequence[str] | None = None,
     timeout: str = str(lock_files.RESOLVE_TIMEOUT_S),
+    prove: bool = False,
 ) -> str:
-    """Resolve the selected cells' package sets into their locks (then render), or, with `check`, judge every lock."""
+    """Resolve the selected cells' package sets into their locks (then render), or, with `check`, judge every lock,
+    or, with `prove`, install each selected lock and import its framework."""
     want = cells.selection()
     chosen = select(project.matrix, project.expansion, want, defaults=False)
     pip = project.matrix.packages.pip
+    if prove:
+        return _prove(project, chosen)
     if check:
         problems = lock_files.lock_problems(project.root, project.expansion.cells, pip)
         if problems:
@@ -84,15 +91,30 @@ def lock(
     return summary
 
 
+def _prove(project: Project, chosen: Sequence[Cell]) -> str:
+    states = [lock_files.lock_state(project.root, cell, project.matrix.packages.pip) for cell in chosen]
+    stale = [s.cell.slug for s in states if s.status in ("stale", "broken")]
+    if stale:
+        raise Failed(f"error: stale locks ({', '.join(stale)}): run `{usage.LOCK}` for them first", code=1)
+    locked = [s.cell for s in states if s.status == "locked"]
+    proofs = lockproof.prove_cells(project.root, locked, RUNNER, run_folder())
+    failed = [p for p in proofs if not p.ok]
+    summary = f"{len(proofs) - len(failed)} of {len(proofs)} locked cells import their framework from their lock"
+    if failed:
+        raise Failed(summary + "; failed: " + ", ".join(p.cell.slug for p in failed), code=1)
+    return summary + "."
+
+
 def doctor(
     project: Project,
     *,
     gpu: str | None = None,
     driver: str | None = None,
     brand: str | None = None,
+    toolkit: str | None = None,
     json_: bool = False,
 ) -> str:
     """Which cells run on this GPU node (or the one `gpu` and `driver` describe), and how: a report or JSON."""
-    node = node_doctor.node_from_flags(gpu, driver, probe.probe_host, brand)
+    node = node_doctor.node_from_flags(gpu, driver, probe.probe_host, brand, toolkit)
     rows = node_doctor.report(project.expansion.cells, node)
     return json.dumps(rows, indent=2) if json_ else node_doctor.format_report(rows, node)

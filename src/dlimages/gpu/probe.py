@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from dlimages.core.errors import InputError
 from dlimages.core.runner import DEFAULT, Runner
-from dlimages.model import compat
+from dlimages.model import compat, toolkit
 from dlimages.model.doctor import Gpu, Node, brand_from_name, parse_arch, parse_driver
 
 T = TypeVar("T")
@@ -39,7 +39,18 @@ def probe_host(
     """
     driver, gpus = probe_gpus(runner, nvml_capabilities or _nvml_capabilities, nvml_brands or _nvml_brands)
     runtime = probe_container_runtime(runner, cdi_dirs=cdi_dirs, which=which)
-    return Node(driver=driver, gpus=gpus, container_runtime=runtime, source="this host")
+    return Node(driver=driver, gpus=gpus, container_runtime=runtime, source="this host", toolkit=probe_toolkit(runner))
+
+
+def probe_toolkit(runner: Runner) -> str | None:
+    """The NVIDIA container toolkit's version from its CLIs (`nvidia-ctk`, else `nvidia-container-cli`); None
+    when neither is installed or says one."""
+    for cli in ("nvidia-ctk", "nvidia-container-cli"):
+        out = _stdout(runner, [cli, "--version"], DOCKER_TIMEOUT_S)
+        version = toolkit.printed_version(out or "")
+        if version is not None:
+            return version
+    return None
 
 
 def _stdout(runner: Runner, argv: list[str], timeout: float) -> str | None:

@@ -221,9 +221,10 @@ def _make_cell(matrix: Matrix, c: Candidate) -> Cell:
         driver=driver_rule(matrix, c.cuda, variant),
         arch_sass=tuple(variant.arch.sass),
         arch_ptx=tuple(variant.arch.ptx),
-        install=dataclasses.replace(
+        install=_pinned(
             _install(framework.package, c.version, c.cuda, release.companions, variant),
-            source_builds=tuple(sorted(release.source_builds)),
+            release.pins,
+            tuple(sorted(release.source_builds)),
         ),
         packages=tuple(sorted(pins.items())),
         bootstrap_base=os_spec.bootstrap and cuda_source == "wheel",
@@ -250,6 +251,12 @@ def _install(package: str, version: str, cuda: str, companions: dict[str, str], 
     )
     tag = local.lstrip("+") or f"cu{cuda.replace('.', '')}"
     return FrameworkInstall(requirements, variant.index_url, variant.find_links, tag)
+
+
+def _pinned(install: FrameworkInstall, pins: dict[str, str], source_builds: tuple[str, ...]) -> FrameworkInstall:
+    """The release's own pins (matrix.yaml `pins`) installed and locked with the framework."""
+    extra = tuple(f"{name}=={version}" for name, version in sorted(pins.items()))
+    return dataclasses.replace(install, requirements=install.requirements + extra, source_builds=source_builds)
 
 
 def _has_local_build(name: str, version: str) -> bool:

@@ -7,12 +7,13 @@ NVIDIA_REQUIRE_CUDA and labels come from.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from dlimages.core.errors import InputError, Problem
-from dlimages.model import compat
+from dlimages.model import compat, toolkit
 from dlimages.model.cells import Cell
 from dlimages.model.compat import DriverFit, driver_key
 from dlimages.payload import dl_stack
@@ -44,6 +45,7 @@ class Node:
     gpus: tuple[Gpu, ...]
     container_runtime: bool | None  # None: not checked (Docker not reachable, or a node given by flags)
     source: str  # "this host" or "given"
+    toolkit: str | None = None  # the NVIDIA container toolkit's version ("1.17.8"); None: not known
 
 
 @dataclass(frozen=True)
@@ -105,25 +107,34 @@ def parse_brand(text: str) -> tuple[str, ...]:
     return brands
 
 
-def node_from_flags(gpu: str | None, driver: str | None, probe: Callable[[], Node], brand: str | None = None) -> Node:
+def node_from_flags(
+    gpu: str | None, driver: str | None, probe: Callable[[], Node], brand: str | None = None, kit: str | None = None
+) -> Node:
     """The node to judge: this host (`probe()`) without --gpu/--driver, else a "given" node built from both flags.
 
     `gpu` may list several GPUs, comma-separated ("sm_80,sm_90"); `brand` one brand for all of them or one each
     ("tesla"; "tesla,geforce"), and on this host it replaces the brand the probe read. Giving only one of --gpu and
     --driver is an InputError naming the missing one: mixing a given GPU with this host's driver would describe no
-    real node.
+    real node. `kit`, the container toolkit's version, replaces what the probe read.
     """
     problems: list[Problem] = []
     brands: tuple[str, ...] = ()
+    given_kit: str | None = None
     if brand is not None:
         try:
             brands = parse_brand(brand)
+        except InputError as error:
+            problems += error.problems
+    if kit is not None:
+        try:
+            given_kit = toolkit.parse_toolkit(kit)
         except InputError as error:
             problems += error.problems
     if gpu is None and driver is None:
         if problems:
             raise InputError(problems)
         node = probe()
+        node = dataclasses.replace(node, toolkit=given_kit) if given_kit else node
         if brands and node.gpus:
             node = _with_brands(node, brands, problems)
         if problems:
@@ -147,7 +158,7 @@ def node_from_flags(gpu: str | None, driver: str | None, probe: Callable[[], Nod
             parsed_driver = parse_driver(driver)
         except InputError as error:
             problems += error.problems
-    node = Node(driver=parsed_driver, gpus=tuple(gpus), container_runtime=None, source="given")
+    node = Node(driver=parsed_driver, gpus=tuple(gpus), container_runtime=None, source="given", toolkit=given_kit)
     if brands and gpus and parsed_driver is not None:
         # Tesla and NVIDIA both say data-center; NVML reports the one this driver knows (data_center_brand).
         given = tuple(data_center_brand(parsed_driver) if b in compat.DATA_CENTER_BRANDS else b for b in brands)
@@ -166,7 +177,7 @@ def _with_brands(node: Node, brands: tuple[str, ...], problems: list[Problem]) -
         return node
     each = brands * len(node.gpus) if len(brands) == 1 else brands
     gpus = tuple(Gpu(g.name, g.arch, b) for g, b in zip(node.gpus, each, strict=True))
-    return Node(node.driver, gpus, node.container_runtime, node.source)
+    return dataclasses.replace(node, gpus=gpus)
 
 
 # Data-center GPU models, for a name nvidia-smi gives without a brand (it has no brand field; NVML has).
@@ -267,6 +278,13 @@ def verdict(cell: Cell, node: Node) -> Verdict:
                 reasons.append(why)
                 needs += [fit.needs] if fit.needs else []
                 continue
+            if fit.path == compat.FORWARD_COMPAT:
+                libraries = toolkit.compat_libraries(node.toolkit)
+                if not libraries.loads:
+                    reasons.append(f"{why}; but {libraries.condition}")
+                    needs.append(cell.driver.toolkit_driver)
+                    continue
+                notes.append(libraries.condition)
             paths.append(fit.path)
             notes += [why] if why else []
         if jit:
@@ -324,9 +342,9 @@ def _explain(cell: Cell, driver: str, gpu: Gpu, label: str, kernels: str, brand:
         )
     if fit.path == compat.FORWARD_COMPAT:
         return (
-            f"{compat.FORWARD_COMPAT} on {who}: {own}; the image admits {kind} GPUs on branch {branch}, where the "
-            f"container toolkit loads the base's cuda-compat ({rule.cuda_compat}) libraries, which run on data-center "
-            "GPUs only (other brands fail with CUDA error 804)"
+            f"{compat.FORWARD_COMPAT} on {who}: {own}; the image admits {kind} GPUs on branch {branch}, where CUDA "
+            f"runs on the base's cuda-compat ({rule.cuda_compat}) libraries if the container toolkit loads them; they "
+            "run on data-center GPUs only (other brands fail with CUDA error 804)"
         )
     if fit.path is not None:
         return ""
@@ -362,7 +380,8 @@ def _explain(cell: Cell, driver: str, gpu: Gpu, label: str, kernels: str, brand:
     admitted = admitted_branches(rule.require_cuda)
     return (
         f"{own}, and the image's NVIDIA_REQUIRE_CUDA (nvidia/cuda's) admits older drivers only on branch "
-        f"{admitted or 'none'}: the NVIDIA container toolkit refuses to start it on {who}; {needs}"
+        f"{admitted or 'none'}: the NVIDIA container toolkit refuses to start it on {who} with --gpus "
+        f"({toolkit.NOT_CHECKED_ON_CDI}); {needs}"
     )
 
 
@@ -422,7 +441,7 @@ def describe_node(node: Node) -> str:
     runtime = {True: "configured", False: "not configured", None: "not checked"}[node.container_runtime]
     return (
         f"node ({node.source}): driver {node.driver or 'none found'}; GPUs: {gpus or 'none'}; "
-        f"NVIDIA container runtime: {runtime}"
+        f"NVIDIA container runtime: {runtime}; container toolkit {node.toolkit or 'version not known'}"
     )
 
 

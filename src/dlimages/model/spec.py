@@ -208,11 +208,17 @@ class Release(Model):
     # image, the one exception to wheels only. `source_builds_source` shows the PyPI file listing.
     source_builds: list[Name] = Field(default_factory=list)
     source_builds_source: SourceUrl | None = None
+    # Packages the release needs at a version its own metadata does not hold it to (an upper bound it lacks):
+    # installed and locked with the framework. `pins_source` shows why.
+    pins: dict[Name, Version] = Field(default_factory=dict)
+    pins_source: SourceUrl | None = None
 
     @model_validator(mode="after")
-    def _source_builds_have_a_source(self) -> Release:
+    def _source_builds_and_pins_have_a_source(self) -> Release:
         if self.source_builds and self.source_builds_source is None:
             raise ValueError("source_builds needs source_builds_source: the page showing PyPI has no wheel")
+        if self.pins and self.pins_source is None:
+            raise ValueError("pins needs pins_source: where the need for that version is shown")
         return self
 
 

@@ -32,8 +32,9 @@ CellLookup = Callable[[str, str], Cell]
 
 # NVIDIA_REQUIRE_CUDA of nvidia/cuda:11.8.0-*-ubuntu22.04 as NVIDIA's Dockerfile sets it, verbatim:
 # https://gitlab.com/nvidia/container-images/cuda/blob/master/dist/11.8.0/ubuntu2204/base/Dockerfile
+# As of NVIDIA's 684356f0 (2023-11-08), which dropped the Tesla R450 clause.
 NVIDIA_11_8 = (
-    "cuda>=11.8 brand=tesla,driver>=450,driver<451 brand=tesla,driver>=470,driver<471 "
+    "cuda>=11.8 brand=tesla,driver>=470,driver<471 "
     "brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 "
     "brand=geforce,driver>=470,driver<471 brand=geforcertx,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 "
     "brand=quadrortx,driver>=470,driver<471 brand=titan,driver>=470,driver<471 brand=titanrtx,driver>=470,driver<471"
@@ -61,7 +62,8 @@ def facts(cuda: str | None = None, driver: str | None = None, brand: str | None 
         ("driver<471", facts(driver="471.0"), False),
         # A space separates alternatives, a comma joins conditions.
         (NVIDIA_11_8, facts(cuda="11.4", driver="470.82.01", brand="geforce"), True),
-        (NVIDIA_11_8, facts(cuda="11.0", driver="450.80.02", brand="tesla"), True),
+        (NVIDIA_11_8, facts(cuda="11.0", driver="450.80.02", brand="tesla"), False),  # R450 dropped in 684356f0
+        (NVIDIA_11_8, facts(cuda="11.4", driver="470.82.01", brand="tesla"), True),
         (NVIDIA_11_8, facts(cuda="11.0", driver="450.80.02", brand="nvidia"), False),
         (NVIDIA_11_8, facts(cuda="11.7", driver="515.65.01", brand="tesla"), False),
         (NVIDIA_11_8, facts(cuda="12.2", driver="535.104.05", brand="geforce"), True),
@@ -140,7 +142,7 @@ def test_wheel_cells_admit_the_minor_version_floor_and_have_no_forward_compatibi
 def test_base_cells_take_nvidia_s_value_and_its_data_center_branches(cell: CellLookup) -> None:
     tf = cell("tensorflow", "cuda11.8-tf2.13.1-py3.10-runtime")
     assert tf.driver.require_cuda == NVIDIA_11_8
-    assert tf.driver.forward_compat_branches == ("450", "470")
+    assert tf.driver.forward_compat_branches == ("470",)
     assert (tf.min_driver, tf.compat_driver, tf.driver.cuda_compat) == ("520.61.05", "520.61.05", "520")
     old = cell("tensorflow", "cuda11.0-tf2.4.4-py3.8-devel")
     assert old.driver.require_cuda == "cuda>=11.0 brand=tesla,driver>=418,driver<419"

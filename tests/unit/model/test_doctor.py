@@ -18,7 +18,7 @@ import pytest
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
 from dlimages.gpu.probe import probe_container_runtime, probe_host
-from dlimages.model import compat
+from dlimages.model import compat, toolkit
 from dlimages.model.cells import Cell, Expansion
 from dlimages.model.doctor import (
     NO_DRIVER,
@@ -184,7 +184,7 @@ def test_parse_brand_takes_nvidia_s_names_in_any_case() -> None:
 
 def test_admitted_branches_reads_a_base_s_requirement_for_people(cell_by_slug: Callable[[str], Cell]) -> None:
     assert admitted_branches(cell_by_slug("cuda11.8-tf2.13.1-py3.10-runtime").driver.require_cuda) == (
-        "450 (tesla), 470 (any brand)"
+        "470 (any brand)"
     )
     assert admitted_branches("cuda>=11.0 brand=tesla,driver>=418,driver<419") == "418 (tesla)"
     assert admitted_branches("cuda>=11.8 driver>=450.80.2") == ""
@@ -233,7 +233,7 @@ TORCH_110 = "cuda11.0-torch1.7.1-py3.8-runtime"
 TORCH_118 = "cuda11.8-torch2.1.2-py3.10-runtime"
 TORCH_121 = "cuda12.1-torch2.1.2-py3.10-runtime"
 TF_244 = "cuda11.0-tf2.4.4-py3.8-runtime"  # nvidia/cuda 11.0.3 base: forward compatibility on Tesla R418
-TF_2131 = "cuda11.8-tf2.13.1-py3.10-runtime"  # nvidia/cuda 11.8.0 base: on data-center R450/R470
+TF_2131 = "cuda11.8-tf2.13.1-py3.10-runtime"  # nvidia/cuda 11.8.0 base: on data-center R470 (R450 gone: 684356f0)
 TF_2141 = "cuda11.8-tf2.14.1-py3.10-runtime"  # CUDA from PyPI wheels; compute_80 PTX for sm_80 and newer
 
 TABLE = [
@@ -281,7 +281,8 @@ TABLE = [
         "525.60.13",
     ),
     ("sm_80", "tesla", "450.80.02", TF_244, TOOLKIT, None, None),
-    ("sm_80", "tesla", "450.80.02", TF_2131, FORWARD, None, None),  # the issue's A100 example
+    # NVIDIA's 11.8 bases admit no R450 since 684356f0 (2023-11-08): `docker run --gpus` refuses them there.
+    ("sm_80", "tesla", "450.80.02", TF_2131, None, "driver 450.80.02 is below CUDA 11.8's own 520.61.05", "520.61.05"),
     ("sm_80", "tesla", "450.80.02", TF_2141, None, "sm_80 (GPU 0, tesla) runs ptx compute_80 (JIT)", "520.61.05"),
     # A T4 (sm_75) on 418.87.01: only the CUDA 11.0 base admits Tesla R418.
     ("sm_75", "tesla", "418.87.01", TF_244, FORWARD, None, None),  # the issue's T4 example
@@ -302,7 +303,7 @@ TABLE = [
         TF_2131,
         None,
         "driver 418.87.01 is below CUDA 11.8's own 520.61.05, and the "
-        "image's NVIDIA_REQUIRE_CUDA (nvidia/cuda's) admits older drivers only on branch 450 (tesla), 470 (any "
+        "image's NVIDIA_REQUIRE_CUDA (nvidia/cuda's) admits older drivers only on branch 470 (any "
         "brand): the NVIDIA container toolkit refuses to start it",
         "520.61.05",
     ),
@@ -373,9 +374,10 @@ def test_minor_version_compatibility_states_its_condition(cell_by_slug: Callable
 def test_forward_compatibility_says_why_only_data_center_gpus(cell_by_slug: Callable[[str], Cell]) -> None:
     judged = verdict(cell_by_slug(TF_244), Node("418.87.01", (Gpu("Tesla T4", "sm_75", "tesla"),), True, "given"))
     assert judged.notes == (
+        toolkit.UNKNOWN,  # whether the container toolkit loads the compat libraries: by its version
         "forward compatibility on sm_75 (Tesla T4, tesla): driver 418.87.01 is below CUDA 11.0's own 450.51.06; the "
-        "image admits tesla GPUs on branch 418, where the container toolkit loads the base's cuda-compat (450) "
-        "libraries, which run on data-center GPUs only (other brands fail with CUDA error 804)",
+        "image admits tesla GPUs on branch 418, where CUDA runs on the base's cuda-compat (450) libraries if the "
+        "container toolkit loads them; they run on data-center GPUs only (other brands fail with CUDA error 804)",
     )
     geforce = verdict(cell_by_slug(TF_2131), Node("470.82.01", (Gpu("RTX", "sm_86", "geforce"),), True, "given"))
     (reason,) = geforce.reasons
@@ -398,7 +400,7 @@ def test_an_unknown_brand_is_judged_not_data_center_and_says_what_data_center_wo
 
 
 def test_ptx_jit_is_a_note_on_the_first_start_where_the_driver_runs_it(cell_by_slug: Callable[[str], Cell]) -> None:
-    judged = verdict(cell_by_slug(TF_2131), Node("450.80.02", (Gpu("A100", "sm_80", "tesla"),), True, "given"))
+    judged = verdict(cell_by_slug(TF_2131), Node("470.82.01", (Gpu("A100", "sm_80", "tesla"),), True, "given"))
     assert judged.runs_through == FORWARD
     assert (
         "sm_80 (A100) runs ptx compute_80 (JIT): the driver compiles kernels on first use, so the first start is "
@@ -437,12 +439,16 @@ def test_hopper_with_535_runs_everything_but_pytorch_builds_without_sm_90(node: 
             assert "first start is slow" in jit[0]
 
 
-def test_v100_with_450_runs_cuda_11_through_minor_version_and_forward_compatibility(cells: tuple[Cell, ...]) -> None:
+def test_v100_with_450_runs_cuda_11_through_minor_version_and_the_11_0_base(cells: tuple[Cell, ...]) -> None:
     for c in cells:
         judged = verdict(c, V100)
-        # sm_70 cubins are in every build: the GPU is never the problem, only CUDA 12.1's floor is.
-        assert judged.runs == (c.cuda != "12.1"), (c.slug, judged.reasons)
-        if c.cuda == "12.1":
+        # sm_70 cubins are in every build: the GPU is never the problem, only CUDA 12.1's floor is, and the 11.8
+        # base, which admits no R450 since NVIDIA's 684356f0.
+        base_118 = c.cuda == "11.8" and c.cuda_source == "base"
+        assert judged.runs == (c.cuda != "12.1" and not base_118), (c.slug, judged.reasons)
+        if base_118:
+            assert "admits older drivers only on branch 470 (any brand)" in judged.reasons[0]
+        elif c.cuda == "12.1":
             assert judged.reasons[0].startswith(
                 "driver 450.80.02 is older than 525.60.13, the oldest that can run CUDA 12.1 even under "
                 "minor-version compatibility"
@@ -450,7 +456,7 @@ def test_v100_with_450_runs_cuda_11_through_minor_version_and_forward_compatibil
         elif c.cuda == "11.0":
             assert judged.runs_through == TOOLKIT
         else:
-            assert judged.runs_through == (MINOR if c.cuda_source == "wheel" else FORWARD), c.slug
+            assert judged.runs_through == MINOR, c.slug
 
 
 def test_no_driver_is_the_only_reason_when_nvidia_smi_found_nothing(cells: tuple[Cell, ...]) -> None:
@@ -525,7 +531,8 @@ def test_format_report_shows_the_node_then_each_image_with_its_reasons(
     text = format_report(report(cells, node), node)
     lines = text.splitlines()
     assert lines[0] == (
-        "node (given): driver 535.104.05; GPUs: GPU 0 (sm_90, brand unknown); NVIDIA container runtime: not checked"
+        "node (given): driver 535.104.05; GPUs: GPU 0 (sm_90, brand unknown); NVIDIA container runtime: not checked; "
+        "container toolkit version not known"
     )
     # The note every image shares is said once, not once per image.
     assert lines[1] == "  every image, note: container runtime not checked"
@@ -542,7 +549,7 @@ def test_format_report_shows_the_node_then_each_image_with_its_reasons(
 def test_format_report_groups_identical_gpus(cells: tuple[Cell, ...]) -> None:
     assert format_report(report(cells[:1], H100), H100).splitlines()[0] == (
         "node (given): driver 535.104.05; GPUs: 2x NVIDIA H100 80GB HBM3 (sm_90, nvidia); NVIDIA container runtime: "
-        "configured"
+        "configured; container toolkit version not known"
     )
 
 

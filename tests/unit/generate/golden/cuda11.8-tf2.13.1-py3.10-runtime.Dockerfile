@@ -23,7 +23,7 @@ ENV LANG=C.UTF-8 \
 # capability, `brand` its NVML brand (https://github.com/NVIDIA/libnvidia-container/blob/main/src/cli/dsl.c and
 # configure.c). `invoke doctor` evaluates the same value; matrix.yaml's `cuda:` and `nvidia_cuda:` give the sources.
 # NVIDIA_REQUIRE_CUDA is the nvidia/cuda base's own (matrix.yaml records it from the base's Dockerfile): driver
-# 520.61.05 or newer, or on data-center GPUs driver branch 450 or 470 through the base's cuda-compat libraries
+# 520.61.05 or newer, or on data-center GPUs driver branch 470 through the base's cuda-compat libraries
 # (forward compatibility: https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html); on older
 # branches other brands fail with CUDA error 804.
 ENV NVIDIA_VISIBLE_DEVICES=all \
@@ -189,7 +189,7 @@ LABEL org.opencontainers.image.title="test/tensorflow-dev" \
       io.dlimages.flavor="runtime" \
       io.dlimages.min-driver="520.61.05" \
       io.dlimages.compat-driver="520.61.05" \
-      io.dlimages.forward-compat-branches="450 470" \
+      io.dlimages.forward-compat-branches="470" \
       io.dlimages.cuda-arch-list="sm_35 sm_50 sm_60 sm_70 sm_75 compute_80" \
       io.dlimages.mirror-profile="${MIRROR_PROFILE}" \
       io.dlimages.locked="false"

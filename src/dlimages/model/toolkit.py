@@ -1,0 +1,87 @@
+"""The NVIDIA container toolkit's part in a verdict, by its version: whether it loads an image's cuda-compat libraries
+(forward compatibility) and on which paths, and where it checks NVIDIA_REQUIRE_CUDA at all. Pure.
+
+Sources: the toolkit's CHANGELOG.md and release notes (https://github.com/NVIDIA/nvidia-container-toolkit/blob/main/
+CHANGELOG.md, https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/release-notes.html):
+libnvidia-container mounted the image's compat libraries since 1.0.0; 1.17.4 stopped by default (CVE-2025-23359,
+feature flag `allow-cuda-compat-libs-from-container`); 1.17.5 brought them back through the `enable-cuda-compat`
+hook of the nvidia runtime and CDI only (the `--gpus` hook still passes `--no-cntlibs`); 1.17.7 added
+`cuda-compat-mode=ldconfig` as the default for the legacy hook (`--gpus`; a bug in that default was fixed in
+1.17.8); 1.18 made jit-cdi the default mode of `--runtime=nvidia`. NVIDIA_REQUIRE_CUDA is evaluated by
+nvidia-container-cli on the legacy path only (`--require`, src/cli/dsl.c); CSV mode checks cuda and arch; CDI and
+jit-cdi check nothing in released toolkits (nvidia-container-toolkit#1470).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dlimages.core.errors import InputError, Problem
+
+TOOLKIT_ALLOWED = "MAJOR.MINOR.PATCH, e.g. 1.17.8 (`nvidia-ctk --version` or `nvidia-container-cli --version`)"
+_VERSION = re.compile(r"(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})")
+# What `nvidia-ctk --version` ("NVIDIA Container Toolkit CLI version 1.17.4") and `nvidia-container-cli --version`
+# ("cli-version: 1.17.4") print first.
+PRINTED = re.compile(r"(?:CLI version|cli-version:) ([0-9]+\.[0-9]+\.[0-9]+)")
+# NVIDIA_REQUIRE_CUDA is checked only on the legacy path (`docker run --gpus`, --runtime=nvidia in legacy mode).
+NOT_CHECKED_ON_CDI = (
+    "the legacy path; CDI and jit-cdi, --runtime=nvidia's default from toolkit 1.18, check nothing: there it starts "
+    "and CUDA fails at first use"
+)
+UNKNOWN = (
+    "forward compatibility needs the container toolkit to load the image's cuda-compat libraries: up to 1.17.3 it "
+    "does (--gpus and --runtime=nvidia); 1.17.4 only with its feature flag allow-cuda-compat-libs-from-container; "
+    "1.17.5 and 1.17.6 through --runtime=nvidia or CDI, not plain --gpus; from 1.17.7 by default "
+    "(cuda-compat-mode=ldconfig, unless disabled); --toolkit VERSION judges a known one"
+)
+
+
+@dataclass(frozen=True)
+class CompatLibraries:
+    """Whether forward compatibility can work under this toolkit by default, and the condition said with it."""
+
+    loads: bool
+    condition: str
+
+
+def parse_toolkit(text: str) -> str:
+    value = text.strip()
+    if not _VERSION.fullmatch(value):
+        raise InputError([Problem("--toolkit", f"{value[:40]!r} is not a toolkit version", TOOLKIT_ALLOWED)])
+    return value
+
+
+def printed_version(output: str) -> str | None:
+    """The version in what the toolkit's CLIs print for --version, or None."""
+    found = PRINTED.search(output)
+    return found[1] if found else None
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def compat_libraries(toolkit: str | None) -> CompatLibraries:
+    """How a node's toolkit (None: not known) treats an image's cuda-compat libraries."""
+    if toolkit is None:
+        return CompatLibraries(True, UNKNOWN)
+    version = _key(toolkit)
+    said = f"container toolkit {toolkit}"
+    if version < (1, 17, 4):
+        return CompatLibraries(True, f"{said} loads the image's cuda-compat libraries (--gpus and --runtime=nvidia)")
+    if version == (1, 17, 4):
+        return CompatLibraries(
+            False,
+            f"{said} does not load an image's cuda-compat libraries unless its feature flag "
+            "allow-cuda-compat-libs-from-container is set (CVE-2025-23359)",
+        )
+    if version < (1, 17, 7):
+        return CompatLibraries(
+            True,
+            f"{said} loads the image's cuda-compat libraries only through --runtime=nvidia or CDI (its "
+            "enable-cuda-compat hook), not with plain --gpus",
+        )
+    return CompatLibraries(
+        True, f"{said} loads the image's cuda-compat libraries (cuda-compat-mode=ldconfig, unless set to disabled)"
+    )
