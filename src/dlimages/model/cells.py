@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from dlimages.core import usage
 from dlimages.core.errors import InputError
 from dlimages.model import tags as tag_rules
-from dlimages.model.compat import Candidate, DriverRule, Reason, driver_rule, judge, os_for_python
+from dlimages.model.compat import Candidate, DriverRule, Reason, driver_key, driver_rule, judge, os_for_python
 from dlimages.model.spec import Matrix, Variant, version_key
 
 
@@ -32,6 +32,20 @@ class FrameworkInstall:
     def constraints(self) -> tuple[str, ...]:
         """The requirements without extras, to hold the framework fixed while other packages install."""
         return tuple(re.sub(r"\[[^]]*\]", "", requirement) for requirement in self.requirements)
+
+
+@dataclass(frozen=True)
+class CellCaveat:
+    """A build's known failure on some nodes (matrix.yaml `caveats` of its variant), for the doctor to say."""
+
+    text: str
+    source: str
+    arch: tuple[str, ...] = ()  # the GPUs it concerns; empty: any
+    driver_below: str | None = None  # the drivers it concerns; None: any
+
+    def concerns(self, driver: str | None, archs: Iterable[str | None]) -> bool:
+        old = self.driver_below is None or (driver is not None and driver_key(driver) < driver_key(self.driver_below))
+        return old and (not self.arch or any(arch in self.arch for arch in archs))
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,7 @@ class Cell:
     aliases: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     base_end_of_life: str | None = None  # NVIDIA's page listing the base's tags as unsupported, when it does
+    caveats: tuple[CellCaveat, ...] = ()
 
     @property
     def min_driver(self) -> str:
@@ -228,6 +243,7 @@ def _make_cell(matrix: Matrix, c: Candidate) -> Cell:
         ),
         packages=tuple(sorted(pins.items())),
         bootstrap_base=os_spec.bootstrap and cuda_source == "wheel",
+        caveats=tuple(CellCaveat(c.text, c.source, tuple(c.arch), c.driver_below) for c in variant.caveats),
         notes=tuple(notes),
         base_end_of_life=end_of_life,
     )

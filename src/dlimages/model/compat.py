@@ -241,11 +241,17 @@ class DriverRule:
     def admits(self, driver: str, *, brand: str | None, arch: str | None) -> bool:
         """Whether the container toolkit starts the image on a GPU of this brand and arch ("8.6") with this driver.
 
-        The driver's CUDA version is known here only relative to the cell's own: at least it from the toolkit
-        driver on, below it before (every `cuda` condition names the cell's CUDA: spec.cross_check).
+        The driver's CUDA version is known here only relative to the cell's own: at least it on the toolkit driver's
+        branch and newer ones, below it before (every `cuda` condition names the cell's CUDA: spec.cross_check).
         """
-        cuda = self.cuda if driver_key(driver) >= driver_key(self.toolkit_driver) else "0"
+        cuda = self.cuda if self.supports_cuda(driver) else "0"
         return require_holds(self.require_cuda, {"cuda": cuda, "driver": driver, "brand": brand, "arch": arch})
+
+    def supports_cuda(self, driver: str) -> bool:
+        """Whether the driver supports this CUDA release itself: a driver reports the CUDA version of its branch, so
+        520.56.06, older than CUDA 11.8's listed 520.61.05, reports 11.8 too (nvidia-smi's "CUDA Version", what the
+        toolkit's `cuda>=` compares with)."""
+        return driver_key(driver)[0] >= driver_key(self.toolkit_driver)[0]
 
     def fit(self, driver: str, *, brand: str | None, arch: str | None, needs_jit: bool) -> DriverFit:
         """How the image runs on one GPU with this driver, or why not; `needs_jit`: the build has only PTX for it.
@@ -253,7 +259,7 @@ class DriverRule:
         Example: TensorFlow 2.4.4 on nvidia/cuda 11.0.3, a Tesla T4 ("7.5") on 418.87.01 -> forward compatibility.
         """
         have = driver_key(driver)
-        if have >= driver_key(self.toolkit_driver):
+        if self.supports_cuda(driver):
             return DriverFit(TOOLKIT_DRIVER, "")
         if self.cuda_compat is not None:
             if not self.admits(driver, brand=brand, arch=arch):

@@ -26,6 +26,9 @@ NO_DRIVER = "no NVIDIA driver found (nvidia-smi missing or failing)"
 NO_GPU = "no NVIDIA GPU visible"
 # The brand a GPU of unknown brand is judged as: one the bases name, without forward compatibility.
 NOT_DATA_CENTER = "geforce"
+# Compute capabilities only data-center GPUs have (A100/A30; H100/H200/GH200): no GeForce, RTX or TITAN part is sm_80
+# or sm_90 (https://developer.nvidia.com/cuda-gpus), so one of unknown brand is judged data-center.
+DATA_CENTER_ONLY_ARCHS = ("sm_80", "sm_90")
 # The order in which one way of running is more conditional than another, for a node whose GPUs differ.
 PATHS = (compat.TOOLKIT_DRIVER, compat.MINOR_VERSION, compat.FORWARD_COMPAT)
 
@@ -292,6 +295,8 @@ def verdict(cell: Cell, node: Node) -> Verdict:
                 f"{gpu.arch} ({label}) runs {kernels}: the driver compiles kernels on first use, so the first "
                 "start is slow (minutes; cached after)"
             )
+    archs = [gpu.arch for gpu in node.gpus]
+    notes += [f"{c.text} ({c.source})" for c in cell.caveats if driver is not None and c.concerns(driver, archs)]
     if node.container_runtime is False:
         reasons.append(RUNTIME_MISSING)
     elif node.container_runtime is None:
@@ -310,12 +315,13 @@ def verdict(cell: Cell, node: Node) -> Verdict:
 def _judge_driver(cell: Cell, driver: str, gpu: Gpu, label: str, kernels: str) -> tuple[DriverFit, str, list[str]]:
     """How the driver runs the cell on one GPU: the fit, the reason (or the note on how it runs) and extra notes.
 
-    A GPU of unknown brand is judged as one that is not data-center, with a note where a data-center GPU differs.
+    A GPU of unknown brand is judged as one that is not data-center (but sm_80 and sm_90, which only data-center GPUs
+    are), with a note where a data-center GPU differs.
     """
     rule = cell.driver
     arch = _capability(gpu.arch or "")
     jit = kernels.startswith("ptx")
-    brand = gpu.brand or NOT_DATA_CENTER
+    brand = gpu.brand or (data_center_brand(driver) if gpu.arch in DATA_CENTER_ONLY_ARCHS else NOT_DATA_CENTER)
     fit = rule.fit(driver, brand=brand, arch=arch, needs_jit=jit)
     extra: list[str] = []
     if gpu.brand is None:

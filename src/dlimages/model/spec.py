@@ -181,6 +181,16 @@ class ArchList(Model):
     ptx: list[Arch]
 
 
+class Caveat(Model):
+    """A known failure of a build on some nodes that does not stop it from running: the doctor says it, with its
+    source, on the nodes it concerns (any GPU of `arch`; a driver older than `driver_below`; all when neither)."""
+
+    text: str = Field(min_length=1, max_length=400, pattern=r"^[ -~]+$")
+    source: SourceUrl
+    arch: list[Arch] = Field(default_factory=list)
+    driver_below: Driver | None = None
+
+
 class Variant(Model):
     """One published CUDA build of a framework release."""
 
@@ -196,6 +206,7 @@ class Variant(Model):
     cuda_packages: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+==[0-9][0-9A-Za-z.+-]*$")]] = Field(
         default_factory=list
     )
+    caveats: list[Caveat] = Field(default_factory=list)
 
 
 class Release(Model):

@@ -237,6 +237,10 @@ TF_2131 = "cuda11.8-tf2.13.1-py3.10-runtime"  # nvidia/cuda 11.8.0 base: on data
 TF_2141 = "cuda11.8-tf2.14.1-py3.10-runtime"  # CUDA from PyPI wheels; compute_80 PTX for sm_80 and newer
 
 TABLE = [
+    # An RTX 3090 on 520.56.06, an R520 driver older than CUDA 11.8's listed 520.61.05: it reports CUDA 11.8 (its
+    # branch's), so the toolkit's `cuda>=11.8` holds and the base's image runs on its own driver (issue 19 item 6).
+    ("sm_86", "geforcertx", "520.56.06", TF_2131, TOOLKIT, None, None),
+    ("sm_86", "geforcertx", "520.56.06", TORCH_118, TOOLKIT, None, None),
     # An A10 (sm_86) on 470.82.01, the R470 data-center branch: NVML names it NVIDIA there.
     ("sm_86", "nvidia", "470.82.01", TORCH_110, TOOLKIT, None, None),
     ("sm_86", "nvidia", "470.82.01", TORCH_118, MINOR, None, None),

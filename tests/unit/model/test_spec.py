@@ -136,7 +136,8 @@ def test_unknown_key_names_its_path_and_the_allowed_keys(report: Report, data: d
     text = report(data)
     assert (
         'error: matrix.yaml: frameworks.pytorch.releases."2.1.2".variants."11.8".cdnn: unknown key '
-        "(allowed: cudnn, cuda_libs, arch, local_version, index_url, find_links, pypi_default, extras, cuda_packages)"
+        "(allowed: cudnn, cuda_libs, arch, local_version, index_url, find_links, pypi_default, extras, cuda_packages, "
+        "caveats)"
     ) in text.splitlines()
 
 

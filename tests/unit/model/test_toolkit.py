@@ -99,3 +99,13 @@ def test_the_version_is_read_from_the_toolkits_own_clis() -> None:
     assert probe_toolkit(_cli({"nvidia-ctk": (0, ctk), "nvidia-container-cli": (0, cli)})) == "1.17.4"
     assert probe_toolkit(_cli({"nvidia-container-cli": (0, cli)})) == "1.16.2"
     assert probe_toolkit(_cli({})) is None
+
+
+def test_an_sm_80_or_sm_90_gpu_of_unknown_brand_is_judged_data_center(cell: Callable[[str, str], Cell]) -> None:
+    """Only data-center GPUs are sm_80 (A100, A30) or sm_90 (H100, H200): https://developer.nvidia.com/cuda-gpus."""
+    forward = cell("tensorflow", "cuda11.8-tf2.13.1-py3.10-runtime")  # R470 data-center: forward compatibility
+    a100 = verdict(forward, Node("470.82.01", (Gpu("GPU 0", "sm_80"),), True, "given"))
+    assert a100.runs and a100.runs_through == compat.FORWARD_COMPAT
+    assert not any("brand is not known" in note for note in a100.notes)
+    rtx = verdict(forward, Node("470.82.01", (Gpu("GPU 0", "sm_86"),), True, "given"))
+    assert not rtx.runs and any("brand is not known" in note for note in rtx.notes)
