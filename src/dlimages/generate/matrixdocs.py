@@ -379,6 +379,9 @@ def _runs_on(rule: DriverRule) -> str:
             f"GPUs below sm_{rule.jit_from.replace('.', '')} (newer ones need PTX JIT)" if rule.jit_from else "any GPU"
         )
         parts.append(f"≥ {rule.compat_driver}: {gpus}, minor-version compatibility")
+        if rule.jit_driver and rule.jit_from:
+            major = rule.jit_from.split(".")[0]
+            parts.append(f"≥ {rule.jit_driver}: sm_{major}x GPUs too, through PTX JIT")
     branches = rule.forward_compat_branches
     if branches:
         parts.append(f"R{', R'.join(branches)}: data-center GPUs only, forward compatibility")

@@ -221,6 +221,14 @@ class DriverRule:
     jit_from: str | None  # "8.0": GPUs of this compute capability and newer run this build only through PTX JIT
     cuda_compat: str | None  # the driver branch of the base's cuda-compat libraries ("520"); None without them
     require_cuda: str  # NVIDIA_REQUIRE_CUDA in the image: set by its Dockerfile (wheels) or by its nvidia/cuda base
+    jit_driver: str | None = None  # the oldest driver that JIT-compiles the PTX, for GPUs of jit_from's major
+
+    def jit_by(self, arch: str | None) -> str:
+        """The oldest driver that runs the build's PTX on a GPU of `arch` ("8.6"): `jit_driver` within the major
+        architecture its PTX was made for (a newer one postdates that PTX), else the build's own CUDA driver."""
+        if self.jit_driver and self.jit_from and arch and driver_key(arch)[0] == driver_key(self.jit_from)[0]:
+            return self.jit_driver
+        return self.toolkit_driver
 
     @property
     def forward_compat_branches(self) -> tuple[str, ...]:
@@ -269,9 +277,9 @@ class DriverRule:
                     return DriverFit(FORWARD_COMPAT, "")
                 return DriverFit(None, COMPAT_NOT_ON_BRAND, needs=self.toolkit_driver)
         if have < driver_key(self.compat_driver):
-            return DriverFit(None, BELOW_COMPAT_FLOOR, needs=self.toolkit_driver if needs_jit else self.compat_driver)
-        if needs_jit:
-            return DriverFit(None, NEEDS_JIT, needs=self.toolkit_driver)
+            return DriverFit(None, BELOW_COMPAT_FLOOR, needs=self.jit_by(arch) if needs_jit else self.compat_driver)
+        if needs_jit and have < driver_key(self.jit_by(arch)):
+            return DriverFit(None, NEEDS_JIT, needs=self.jit_by(arch))
         return DriverFit(MINOR_VERSION, "")
 
 
@@ -365,17 +373,22 @@ def toolkit_number(driver: str) -> str:
     return ".".join(str(int(part)) for part in driver.split("."))
 
 
-def wheel_require_cuda(cuda: str, toolkit_driver: str, compat_driver: str, jit: str | None) -> str:
+def wheel_require_cuda(
+    cuda: str, toolkit_driver: str, compat_driver: str, jit: str | None, jit_driver: str | None = None
+) -> str:
     """NVIDIA_REQUIRE_CUDA for an image whose CUDA comes from the framework's wheels: CUDA `cuda`'s own driver, or
     the minor-version floor on the GPUs the wheels carry machine code for (below `jit`).
 
     The toolkit compares `cuda>=` with the CUDA version the driver supports, so a bare `cuda>=11.8` would refuse
     drivers 450.80.02 to 520 that run these wheels; the `driver>=` alternative admits them. Example:
-    wheel_require_cuda("11.8", "520.61.05", "450.80.02", "8.0") == "cuda>=11.8 driver>=450.80.2,arch<8.0".
+    wheel_require_cuda("11.8", "520.61.05", "450.80.02", "8.0") == "cuda>=11.8 driver>=450.80.2,arch<8.0"; with a
+    `jit_driver` the GPUs of the PTX's major architecture are admitted from it: "... driver>=455.23.5,arch<9.0".
     """
     if driver_key(compat_driver) >= driver_key(toolkit_driver):
         return f"cuda>={cuda}"
     floor = f"driver>={toolkit_number(compat_driver)}" + (f",arch<{jit}" if jit else "")
+    if jit and jit_driver and driver_key(jit_driver) < driver_key(toolkit_driver):
+        floor += f" driver>={toolkit_number(jit_driver)},arch<{driver_key(jit)[0] + 1}.0"
     return f"cuda>={cuda} {floor}"
 
 
@@ -384,8 +397,9 @@ def driver_rule(matrix: Matrix, cuda: str, variant: Variant) -> DriverRule:
     toolkit = matrix.cuda[cuda]
     jit = jit_from(variant.arch.sass, variant.arch.ptx)
     if variant.cuda_libs == "wheel":
-        require = wheel_require_cuda(cuda, toolkit.min_driver, toolkit.compat_driver, jit)
-        return DriverRule(cuda, toolkit.min_driver, toolkit.compat_driver, jit, None, require)
+        jit_driver = variant.arch.jit_driver
+        require = wheel_require_cuda(cuda, toolkit.min_driver, toolkit.compat_driver, jit, jit_driver)
+        return DriverRule(cuda, toolkit.min_driver, toolkit.compat_driver, jit, None, require, jit_driver)
     # The base's cuda-compat package carries its toolkit driver's libraries (cuda-compat-11-8 is 520.61.05). Below
     # that branch the toolkit loads them, and they run on data-center GPUs only: no brand-independent floor below
     # the toolkit driver.

@@ -342,9 +342,12 @@ def _explain(cell: Cell, driver: str, gpu: Gpu, label: str, kernels: str, brand:
     kind = brand if gpu.brand else "non-data-center"
     branch = str(driver_key(driver)[0])
     if fit.path == compat.MINOR_VERSION:
+        how = f"the build has machine code for this GPU ({kernels}): no PTX JIT needed"
+        if kernels.startswith("ptx"):
+            how = f"its PTX ({kernels}) is of a CUDA release this driver JIT-compiles (from {rule.jit_driver})"
         return (
-            f"{compat.MINOR_VERSION} on {who}: {own} but at least {rule.compat_driver}, and the build has machine "
-            f"code for this GPU ({kernels}): no PTX JIT needed; CUDA features newer than the driver are unavailable"
+            f"{compat.MINOR_VERSION} on {who}: {own} but at least {rule.compat_driver}, and {how}; CUDA features "
+            "newer than the driver are unavailable"
         )
     if fit.path == compat.FORWARD_COMPAT:
         return (
@@ -376,6 +379,8 @@ def _explain(cell: Cell, driver: str, gpu: Gpu, label: str, kernels: str, brand:
             if rule.jit_from
             else ""
         )
+        if fit.needs != rule.toolkit_driver:
+            return f"{who} runs {kernels}, whose PTX this driver cannot JIT-compile: {own}; {needs}"
         return f"{who} runs {kernels}, and minor-version compatibility has no PTX JIT: {own}{refused}; {needs}"
     if fit.cause == compat.COMPAT_NOT_ON_BRAND:
         return (

@@ -179,6 +179,9 @@ class NvidiaCuda(Model):
 class ArchList(Model):
     sass: list[Arch]
     ptx: list[Arch]
+    # The oldest driver that JIT-compiles the build's PTX: that of the CUDA release whose PTX ISA it carries (a driver
+    # compiles the ISA of its own CUDA and older). Without it, JIT needs the build's own CUDA driver.
+    jit_driver: Driver | None = None
 
 
 class Caveat(Model):

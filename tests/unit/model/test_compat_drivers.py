@@ -135,7 +135,13 @@ def test_wheel_cells_admit_the_minor_version_floor_and_have_no_forward_compatibi
     assert torch.forward_compat_branches == ()
     assert cell("pytorch", "cuda12.1-torch2.1.2-py3.11-runtime").driver.require_cuda == "cuda>=12.1 driver>=525.60.13"
     tf = cell("tensorflow", "cuda11.8-tf2.14.1-py3.10-runtime").driver
-    assert (tf.require_cuda, tf.jit_from) == ("cuda>=11.8 driver>=450.80.2,arch<8.0", "8.0")
+    # Its ISA 7.1 PTX (CUDA 11.1's) is JIT-compiled from driver 455.23.05 on sm_8x; Hopper needs CUDA 11.8's driver.
+    assert (tf.require_cuda, tf.jit_from, tf.jit_driver) == (
+        "cuda>=11.8 driver>=450.80.2,arch<8.0 driver>=455.23.5,arch<9.0",
+        "8.0",
+        "455.23.05",
+    )
+    assert (tf.jit_by("8.6"), tf.jit_by("9.0"), tf.jit_by("7.5")) == ("455.23.05", "520.61.05", "520.61.05")
     assert cell("pytorch", "cuda11.0-torch1.7.1-py3.8-runtime").driver.require_cuda == "cuda>=11.0"
 
 

@@ -247,7 +247,7 @@ TABLE = [
     ("sm_86", "nvidia", "470.82.01", TORCH_121, None, "driver 470.82.01 is older than 525.60.13", "525.60.13"),
     ("sm_86", "nvidia", "470.82.01", TF_244, TOOLKIT, None, None),
     ("sm_86", "nvidia", "470.82.01", TF_2131, FORWARD, None, None),
-    ("sm_86", "nvidia", "470.82.01", TF_2141, None, "sm_86 (GPU 0, nvidia) runs ptx compute_80 (JIT)", "520.61.05"),
+    ("sm_86", "nvidia", "470.82.01", TF_2141, MINOR, None, None),  # its ISA 7.1 PTX: JIT from 455.23.05
     # The same driver on a GeForce RTX 3090 (sm_86): the base's cuda-compat does not run there.
     ("sm_86", "geforcertx", "470.82.01", TORCH_118, MINOR, None, None),
     (
@@ -287,7 +287,15 @@ TABLE = [
     ("sm_80", "tesla", "450.80.02", TF_244, TOOLKIT, None, None),
     # NVIDIA's 11.8 bases admit no R450 since 684356f0 (2023-11-08): `docker run --gpus` refuses them there.
     ("sm_80", "tesla", "450.80.02", TF_2131, None, "driver 450.80.02 is below CUDA 11.8's own 520.61.05", "520.61.05"),
-    ("sm_80", "tesla", "450.80.02", TF_2141, None, "sm_80 (GPU 0, tesla) runs ptx compute_80 (JIT)", "520.61.05"),
+    (
+        "sm_80",
+        "tesla",
+        "450.80.02",
+        TF_2141,
+        None,
+        "sm_80 (GPU 0, tesla) runs ptx compute_80 (JIT), whose PTX this driver cannot JIT-compile",
+        "455.23.05",
+    ),
     # A T4 (sm_75) on 418.87.01: only the CUDA 11.0 base admits Tesla R418.
     ("sm_75", "tesla", "418.87.01", TF_244, FORWARD, None, None),  # the issue's T4 example
     (

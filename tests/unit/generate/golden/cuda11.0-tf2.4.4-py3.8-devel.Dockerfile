@@ -183,7 +183,7 @@ LABEL org.opencontainers.image.title="test/tensorflow-dev" \
       io.dlimages.min-driver="450.51.06" \
       io.dlimages.compat-driver="450.51.06" \
       io.dlimages.forward-compat-branches="418" \
-      io.dlimages.cuda-arch-list="sm_35 sm_50 sm_60 sm_70 sm_75 compute_80" \
+      io.dlimages.cuda-arch-list="sm_35 sm_50 sm_60 sm_70 sm_75 sm_80 compute_80" \
       io.dlimages.mirror-profile="${MIRROR_PROFILE}" \
       io.dlimages.locked="false"
 USER 1000:1000

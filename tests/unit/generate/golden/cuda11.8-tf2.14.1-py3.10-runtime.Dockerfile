@@ -31,7 +31,7 @@ ENV LANG=C.UTF-8 \
 # No cuda-compat package in this image: no forward compatibility.
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    NVIDIA_REQUIRE_CUDA="cuda>=11.8 driver>=450.80.2,arch<8.0"
+    NVIDIA_REQUIRE_CUDA="cuda>=11.8 driver>=450.80.2,arch<8.0 driver>=455.23.5,arch<9.0"
 # Mirror profile, chosen at build time (`invoke build --mirror tuna`): empty values keep upstream defaults.
 # The mirrors reach the shell only as quoted printf arguments, never as shell or sed text.
 ARG MIRROR_PROFILE=none
