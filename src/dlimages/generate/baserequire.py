@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from dlimages.core.references import split_tag
 from dlimages.core.runner import Runner
 from dlimages.generate.baselock import PLATFORM_ARCH, PLATFORM_OS, RESOLVE_TIMEOUT_S, BaseLock, registry_is_loopback
 from dlimages.model.cells import Cell
@@ -28,7 +29,12 @@ class Requirement:
 
 
 def config_argv(ref: str, *, tls_verify: bool = True, timeout: float = RESOLVE_TIMEOUT_S) -> list[str]:
-    """skopeo's command that prints the linux/amd64 image config of `ref` as JSON."""
+    """skopeo's command that prints the linux/amd64 image config of `ref` as JSON. A `name:tag@digest` is asked
+    for as `name@digest`: skopeo refuses a reference with both ("invalid reference format"), and the digest is
+    what names the image."""
+    if "@" in ref:
+        name, digest = ref.split("@", 1)
+        ref = f"{split_tag(name)[0]}@{digest}"
     verify = str(tls_verify and not registry_is_loopback(ref)).lower()
     return [
         "skopeo", "--override-os", PLATFORM_OS, "--override-arch", PLATFORM_ARCH, "--command-timeout", f"{timeout:g}s",
