@@ -138,7 +138,7 @@ def bake(c: Context, **flags: Any) -> None:
 @command(
     help={
         **BUILD_HELP,
-        "against": f"compare one cold build with this local image (e.g. the one `{usage.BUILD}` made) instead of two",
+        "against": "compare one cold build with this image, not two: local, or REGISTRY/IMAGE@sha256:<64 hex> to pull",
         "dockerfile": "check any Dockerfile instead of a cell (built with the cells' reproducibility settings)",
         "context": "the build context for --dockerfile (default: the Dockerfile's folder)",
     },

@@ -126,8 +126,8 @@ def repro(
     ca_bundle: str | None = None,
     no_engine_setup: bool = False,
 ) -> str:
-    """Build each selected cell (or `dockerfile`) cold twice, or once `against` an image, and report every
-    difference; Failed (exit 1, the report printed) unless all are reproducible."""
+    """Build each selected cell (or `dockerfile`) cold twice, or once `against` an image (local, or pulled by its
+    digest), and report every difference; Failed (exit 1, the report printed) unless all are reproducible."""
     given = cells.given() | {"--mirror": mirror, "--base-registry": base_registry, "--ca-bundle": ca_bundle}
     problems = proof.flag_problems(dockerfile, context, against, given)
     if problems:
@@ -137,12 +137,14 @@ def repro(
     if dockerfile is not None:
         argv = proof.dockerfile_build(*proof.dockerfile_flags(dockerfile, context))
         engine(project.root, no_engine_setup)
+        check_against(against)
         builds, dirty = [(dockerfile, argv)], False
     else:
         chosen = select_cells(project, cells)
         secrets = Secrets.from_flags(ca_bundle, None)
         plan_cells(project, chosen, profile, secrets, base_registry, resolve_bases=False)  # every flag checked
         engine(project.root, no_engine_setup)
+        check_against(against)
         plans = plan_cells(project, chosen, profile, secrets, base_registry)
         make_local_bases(project.root, local_bases(plans))
         builds = [(each.cell.slug, each.build) for each in plans]
@@ -155,6 +157,13 @@ def repro(
     if not all(outcome.reproducible for outcome in outcomes):
         raise Failed(output=report)
     return report
+
+
+def check_against(against: str | None) -> None:
+    """InputError (exit 2) for an --against the engine cannot have: no local image and no digest to pull."""
+    problems = proof.against_problems(against, RUNNER)
+    if problems:
+        raise InputError(problems)
 
 
 def select_cells(project: Project, cells: CellFlags) -> list[Cell]:

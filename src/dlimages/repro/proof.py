@@ -1,5 +1,6 @@
 """The proof of reproducibility (`invoke repro`): build the same source twice from empty caches, or once against an
-image built before, and compare the two images down to the file (layerdiff.py).
+image built before (a local one, or a published one pulled by its digest), and compare the two images down to the
+file (layerdiff.py).
 
 A build from a tree with uncommitted changes is never called reproducible: the commit alone cannot rebuild it.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dlimages.core.errors import InputError, Problem
@@ -21,6 +22,14 @@ from dlimages.repro.layerdiff import CompareError, compare_images
 PRUNE_CACHE_MOUNTS = ["docker", "builder", "prune", "--force", "--filter", "type=exec.cachemount"]
 PRUNE_TIMEOUT_S = 300.0
 DOCKERFILE_EPOCH = 1700000000  # 2023-11-14T22:13:20Z: any fixed time will do for a Dockerfile outside the matrix
+PULL_TIMEOUT_S = 3600.0  # a published cell is gigabytes
+AGAINST_ALLOWED = "a local image (e.g. lab/x:v1), or a published one by digest: REGISTRY/IMAGE@sha256:<64 hex>"
+# What a failed `docker pull` says (its last line, lowercased) and what that means for the person who gave the ref.
+PULL_FAILURES = (
+    (("manifest unknown", "not found"), "the registry has no image under that digest"),
+    (("unauthorized", "denied", "no basic auth"), "the registry refused access (`docker login REGISTRY` first?)"),
+    (("connection refused", "no such host", "timeout", "dial tcp", "network is unreachable"), "registry unreachable"),
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,7 @@ class Outcome:
     problem: str = ""  # a build or the comparison failed
     seconds: tuple[float, ...] = ()
     dirty: bool = False
-    against: str | None = None  # the first image was given, not built
+    against: str | None = None  # the first image was given, not built (a local image, or REF@sha256:... pulled)
 
     @property
     def reproducible(self) -> bool:
@@ -45,6 +54,8 @@ class Outcome:
         builds = list(self.seconds)
         if self.against is not None:
             lines.append(f"  given: {self.first or 'missing'} ({self.against})")
+            if self.first and digest(self.against):
+                lines.append(f"  verified against digest {digest(self.against)}")
         for number, image in enumerate([self.second] if self.against else [self.first, self.second], start=1):
             if builds:
                 lines.append(f"  cold build {number}: {image or 'failed'} ({builds.pop(0):.0f} s)")
@@ -88,8 +99,10 @@ def flag_problems(
 ) -> list[Problem]:
     """What `invoke repro`'s flags cannot mean together: `cell_flags` (flag -> value, None when not given) choose
     and shape a cell's build, which --dockerfile replaces with a build of that file, so they would be ignored;
-    --context is the context of --dockerfile only; --against names a local image. Checked before any engine."""
-    problems = image_problems([against], "--against") if against is not None else []
+    --context is the context of --dockerfile only; --against names one image (a tag-only one must be local: see
+    `against_problems`). Checked before any engine."""
+    against_refs = [against] if against is not None else []
+    problems = [replace(each, allowed=AGAINST_ALLOWED) for each in image_problems(against_refs, "--against")]
     given = [flag for flag, value in cell_flags.items() if value is not None]
     if dockerfile is not None and given:
         problems.append(
@@ -118,6 +131,34 @@ def dockerfile_flags(dockerfile: str, context: str | None) -> tuple[Path, Path, 
     if problems:
         raise InputError(problems)
     return path.absolute(), folder.absolute(), DOCKERFILE_EPOCH
+
+
+def digest(ref: str) -> str | None:
+    """The sha256:... a checked reference pins (repository[:tag]@sha256:...), or None."""
+    _, at, pinned = ref.rpartition("@")
+    return pinned if at else None
+
+
+def against_problems(against: str | None, runner: Runner) -> list[Problem]:
+    """An --against without a digest must be a local image: a tag is never pulled, it may name another image by now.
+    Asks the engine, so it runs once one answers, before any build."""
+    if against is None or digest(against) or runner.image_exists(against):
+        return []
+    return [Problem(f"--against {against!r}", "is no local image and pins no digest to pull", AGAINST_ALLOWED)]
+
+
+def given_image(against: str, runner: Runner) -> tuple[str | None, str]:
+    """The image ID `against` names (pulled by its digest when the engine lacks it), or None and why not."""
+    known = runner.image_id(against)
+    if known is not None or not digest(against):
+        return known, "" if known else f"no local image {against!r} to compare with"
+    pulled = runner.docker("pull", against, timeout=PULL_TIMEOUT_S)
+    if not pulled.ok:
+        said = pulled.last_line.lower()
+        meaning = next((why for needles, why in PULL_FAILURES if any(n in said for n in needles)), "pull failed")
+        return None, f"could not pull {against}: {meaning} ({pulled.last_line})"
+    known = runner.image_id(against)
+    return known, "" if known else f"pulled {against}, but the engine does not know it by that reference"
 
 
 def build_cold(
@@ -157,13 +198,14 @@ def reproduce(
     on_line: Callable[[str], None] = print,
     compare: Callable[[str, str], ImageComparison] | None = None,
 ) -> Outcome:
-    """Run the `build` argv cold twice (or once, compared with the image `against` names); compare the results."""
+    """Run the `build` argv cold twice (or once, compared with the image `against` names, pulled by its digest when
+    not local); compare the results."""
     seconds: list[float] = []
     images: list[str] = []
     if against is not None:
-        known = runner.image_id(against)
+        known, problem = given_image(against, runner)
         if known is None:
-            return Outcome(name, None, None, problem=f"no local image {against!r} to compare with", against=against)
+            return Outcome(name, None, None, problem=problem, against=against)
         images.append(known)
     while len(images) < 2:
         image, took, problem = build_cold(build, workdir / f"repro-{len(images) + 1}.iid", root, runner, on_line)

@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 
+from dlimages.commands import builds
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
+from dlimages.generate.project import Project
 from dlimages.repro import proof
 from dlimages.repro.comparison import ImageComparison
 
+REPO = Path(__file__).resolve().parents[3]
 BUILD = ["docker", "buildx", "build", "--progress=plain", "--load", "--iidfile", "work/x.iid", "images"]
 
 
@@ -56,15 +59,28 @@ def test_a_context_needs_a_dockerfile_and_against_names_an_image() -> None:
     ]
 
 
-def engine(images: Sequence[str], *, fail_at: int | None = None) -> tuple[Runner, list[list[str]]]:
-    """A Runner whose builds write the next image ID to --iidfile (or fail), recording every command."""
+def engine(
+    images: Sequence[str],
+    *,
+    fail_at: int | None = None,
+    local: dict[str, str] | None = None,
+    pull: tuple[int, str] = (0, ""),
+) -> tuple[Runner, list[list[str]]]:
+    """A Runner whose builds write the next image ID to --iidfile (or fail), recording every command. `local`: the
+    refs the engine knows (None: any ref is the image sha256:given); `pull`: a pull's exit code and stderr, a
+    successful one making the ref known as sha256:pulled."""
     calls: list[list[str]] = []
     queue = list(images)
 
     def run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         calls.append(argv)
         if argv[:3] == ["docker", "image", "inspect"]:
-            return subprocess.CompletedProcess(argv, 0, "sha256:given\n", "")
+            known = "sha256:given" if local is None else local.get(argv[-1])
+            return subprocess.CompletedProcess(argv, 0 if known else 1, f"{known}\n" if known else "", "")
+        if argv[:2] == ["docker", "pull"] and local is not None:
+            if pull[0] == 0:
+                local[argv[2]] = "sha256:pulled"
+            return subprocess.CompletedProcess(argv, pull[0], "", pull[1])
         return subprocess.CompletedProcess(argv, 0, "", "")
 
     def stream(argv: Sequence[str], cwd: Path | None, on_line: Callable[[str], None]) -> int:
@@ -126,3 +142,104 @@ def test_different_images_are_reported_with_what_differs(tmp_path: Path) -> None
     outcome = proof.reproduce("cell", BUILD, tmp_path, runner, tmp_path, on_line=lambda _: None, compare=differs)
     assert not outcome.reproducible
     assert "DIFFERENT" in outcome.report() and "created: 1 ≠ 2" in outcome.report()
+
+
+DIGEST = "sha256:" + "d" * 64
+PUBLISHED = f"127.0.0.1:5000/lab/x@{DIGEST}"
+
+
+@pytest.mark.parametrize(
+    ("against", "message"),
+    [
+        ("127.0.0.1:5000/lab/x@sha256:abc", "is not an image reference"),  # a digest of 3 hex digits
+        ("127.0.0.1:5000/lab/x@md5:" + "d" * 32, "is not an image reference"),
+        ("https://127.0.0.1:5000/lab/x", "has no valid registry host"),
+        ("lab/x y", "has whitespace"),
+    ],
+)
+def test_a_malformed_against_is_refused_saying_what_is_allowed(against: str, message: str) -> None:
+    [problem] = proof.flag_problems(None, None, against, NO_CELL_FLAGS)
+    assert problem.where == f"--against {against!r}" and message in problem.message
+    assert problem.allowed == proof.AGAINST_ALLOWED and "REGISTRY/IMAGE@sha256:<64 hex>" in str(problem)
+    assert proof.flag_problems(None, None, PUBLISHED, NO_CELL_FLAGS) == []
+    assert proof.flag_problems(None, None, f"127.0.0.1:5000/lab/x:v1@{DIGEST}", NO_CELL_FLAGS) == []
+
+
+def test_a_ref_without_a_digest_must_be_a_local_image() -> None:
+    runner, calls = engine([], local={"127.0.0.1:5000/lab/x:v1": "sha256:given"})
+    assert proof.against_problems("127.0.0.1:5000/lab/x:v1", runner) == []  # pushed from here: local, as before
+    assert proof.against_problems(None, runner) == []
+    [problem] = proof.against_problems("127.0.0.1:5000/lab/x:v2", runner)
+    assert str(problem) == (
+        "--against '127.0.0.1:5000/lab/x:v2': is no local image and pins no digest to pull "
+        f"(allowed: {proof.AGAINST_ALLOWED})"
+    )
+    calls.clear()
+    assert proof.against_problems(PUBLISHED, runner) == []  # pulled later, by its digest
+    assert calls == [], "a digest needs no question to the engine here"
+
+
+def test_the_command_refuses_a_bad_against_before_any_engine_and_a_missing_tag_before_any_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    dockerfile = str(tmp_path / "Dockerfile")
+    project = Project(REPO)
+    started: list[str] = []
+    monkeypatch.setattr(builds, "engine", lambda *_: started.append("engine"))
+    with pytest.raises(InputError, match=r"--against '127.0.0.1:5000/lab/x@sha256:abc': is not an image reference"):
+        builds.repro(project, dockerfile=dockerfile, against="127.0.0.1:5000/lab/x@sha256:abc")
+    assert started == []
+    runner, calls = engine([], local={})
+    monkeypatch.setattr(builds, "RUNNER", runner)
+    with pytest.raises(InputError, match=r"--against '127.0.0.1:5000/lab/x:v1': is no local image and pins no"):
+        builds.repro(project, dockerfile=dockerfile, against="127.0.0.1:5000/lab/x:v1")
+    assert started == ["engine"] and not [c for c in calls if "build" in c or "pull" in c]
+
+
+def test_a_published_image_not_here_is_pulled_by_its_digest_and_the_report_names_it(tmp_path: Path) -> None:
+    runner, calls = engine(["sha256:pulled"], local={})
+    outcome = proof.reproduce(
+        "cell", BUILD, tmp_path, runner, tmp_path, against=PUBLISHED, on_line=lambda _: None, compare=same
+    )
+    assert ["docker", "pull", PUBLISHED] in calls
+    assert calls.index(["docker", "pull", PUBLISHED]) < next(i for i, c in enumerate(calls) if "buildx" in c)
+    assert outcome.reproducible and outcome.first == "sha256:pulled"
+    assert f"given: sha256:pulled ({PUBLISHED})" in outcome.report()
+    assert f"verified against digest {DIGEST}" in outcome.report()
+
+
+def test_a_published_image_already_here_is_not_pulled_again(tmp_path: Path) -> None:
+    runner, calls = engine(["sha256:given"], local={PUBLISHED: "sha256:given"})
+    outcome = proof.reproduce(
+        "cell", BUILD, tmp_path, runner, tmp_path, against=PUBLISHED, on_line=lambda _: None, compare=same
+    )
+    assert outcome.reproducible and not [c for c in calls if c[:2] == ["docker", "pull"]]
+
+
+@pytest.mark.parametrize(
+    ("stderr", "meaning"),
+    [
+        (
+            'Error response from daemon: Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: '
+            "connection refused",
+            "registry unreachable",
+        ),
+        (
+            f"Error response from daemon: manifest for {PUBLISHED} not found: manifest unknown: manifest unknown",
+            "the registry has no image under that digest",
+        ),
+        ("Error response from daemon: unauthorized: authentication required", "the registry refused access"),
+        ("Error response from daemon: something new", "pull failed"),
+    ],
+)
+def test_a_failed_pull_names_the_reference_and_builds_nothing(tmp_path: Path, stderr: str, meaning: str) -> None:
+    runner, calls = engine([], local={}, pull=(1, stderr))
+    outcome = proof.reproduce(
+        "cell", BUILD, tmp_path, runner, tmp_path, against=PUBLISHED, on_line=lambda _: None, compare=same
+    )
+    assert not outcome.reproducible and outcome.first is None
+    assert outcome.problem == f"could not pull {PUBLISHED}: {meaning}" + outcome.problem.split(meaning, 1)[1]
+    assert stderr.removeprefix("Error response from daemon: ") in outcome.report()
+    assert "verified against" not in outcome.report()
+    assert not [c for c in calls if "buildx" in c]
