@@ -1,0 +1,378 @@
+"""The locked `.deb` files on this host (aptdebs.py): where `--apt-from` takes them from, fetching them over HTTP
+from a server on 127.0.0.1 with every hash checked, and the flat repositories and `invoke apt-repo` folders made of
+them, indexed by Debian's own dpkg-scanpackages over small real packages (dpkg-deb builds them here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import http.server
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlimages.build import aptdebs
+from dlimages.build.aptdebs import FetchError, Origin, origin
+from dlimages.core.errors import InputError
+from dlimages.core.runner import Runner
+from dlimages.generate.aptlock import AptLock, Deb
+
+T0 = "20261201T194500Z"
+ALLOWED = "archive, snapshot, an http(s) URL or a folder made by `invoke apt-repo`"
+GONE = " (gone from there: build with `--apt-from snapshot`, or from a repository made by `invoke apt-repo`)"
+
+
+def locked(name: str, version: str, data: bytes, archive: str = "debian") -> Deb:
+    """The lock's entry for a file holding `data`, laid out as Debian's pool lays it out."""
+    path = f"pool/main/{name[0]}/{name}/{name}_{version}_all.deb"
+    return Deb(name, version, archive, path, len(data), hashlib.sha256(data).hexdigest())
+
+
+def lock_of(*debs: Deb) -> AptLock:
+    return AptLock("a test", tuple(sorted(debs)), "sha256:" + "1" * 64, T0)
+
+
+def put(folder: Path, deb: Deb, data: bytes) -> Path:
+    """`data` where a mirror (or `invoke apt-repo`'s folder) at `folder` serves `deb`."""
+    target = folder / deb.archive / deb.path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    return target
+
+
+def no_command(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    raise AssertionError(f"ran {argv}")
+
+
+# --- where the files come from ----------------------------------------------------------------------------------
+
+
+def test_the_archive_is_the_builds_mirror_per_archive_else_debians_own() -> None:
+    mirrors = aptdebs.mirrors_of("http://127.0.0.1:3142/debian", None)
+    given = origin(None, T0, mirrors)
+    assert given.kind == "archive" and given.folder is None
+    assert dict(given.urls) == {
+        "debian": "http://127.0.0.1:3142/debian",
+        "debian-security": f"{aptdebs.PUBLIC}/debian-security",
+    }
+    public = {"debian": f"{aptdebs.PUBLIC}/debian", "debian-security": f"{aptdebs.PUBLIC}/debian-security"}
+    for value in (None, "", "archive"):
+        assert dict(origin(value, T0).urls) == public
+    assert given.describe() == f"the live archive (http://127.0.0.1:3142/debian, {aptdebs.PUBLIC}/debian-security)"
+
+
+def test_snapshot_is_debians_snapshot_archive_at_the_locks_time() -> None:
+    snapshot = origin("snapshot", T0, aptdebs.mirrors_of("http://127.0.0.1:3142/debian", None))
+    assert snapshot.kind == "snapshot"
+    assert dict(snapshot.urls) == {
+        "debian": f"{aptdebs.SNAPSHOT}/debian/{T0}",
+        "debian-security": f"{aptdebs.SNAPSHOT}/debian-security/{T0}",
+    }
+    assert snapshot.describe() == f"Debian's snapshot archive ({aptdebs.SNAPSHOT})"
+
+
+def test_a_url_is_a_repository_holding_each_archive_under_it() -> None:
+    served = origin("http://example.org/apt/", T0)
+    assert served == Origin(
+        "repository",
+        {"debian": "http://example.org/apt/debian", "debian-security": "http://example.org/apt/debian-security"},
+    )
+    deb = locked("libfoo", "1.0+dfsg-1~deb12u1", b"x", "debian-security")
+    assert served.location(deb) == (
+        "http://example.org/apt/debian-security/pool/main/l/libfoo/libfoo_1.0%2Bdfsg-1~deb12u1_all.deb"
+    )
+
+
+def test_a_folder_is_a_local_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "repo").mkdir()
+    monkeypatch.chdir(tmp_path)
+    local = origin("repo", T0)
+    assert local == Origin("repository", folder=tmp_path / "repo")
+    deb = locked("foo", "1.0+1", b"x")
+    assert local.location(deb) == str(tmp_path / "repo/debian/pool/main/f/foo/foo_1.0+1_all.deb")
+    assert local.describe() == f"the local repository {tmp_path / 'repo'}"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("http://x/;id", "the URL has ';' in its path"),
+        ("ftp://example.org/apt", "the URL is not an http:// or https:// URL"),
+        ("http://user:hunter2@example.org/apt", "the URL carries credentials (user:password@)"),
+        ("no/such/folder", "'no/such/folder' is not a folder, URL or known origin"),
+        ("snapshots", "'snapshots' is not a folder, URL or known origin"),
+    ],
+    ids=["shell-character", "ftp", "credentials", "missing-folder", "misspelt"],
+)
+def test_anything_else_is_an_input_error_naming_the_flag_and_what_is_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError) as caught:
+        origin(value, T0)
+    (problem,) = caught.value.problems
+    assert problem.where == "--apt-from" and problem.allowed == ALLOWED
+    assert problem.message.startswith(message), problem.message
+    assert "hunter2" not in str(problem), "a URL's credentials are never quoted back"
+
+
+# --- fetching over HTTP -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    """A static web server on 127.0.0.1 serving `folder`, and the paths it was asked for."""
+
+    url: str
+    folder: Path
+    asked: list[str]
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")  # read at each request, whatever opener urllib made before
+    folder = tmp_path / "served"
+    folder.mkdir()
+    asked: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(folder), **kwargs)
+
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            super().do_GET()
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: pytest shows what fails
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)  # quick to shut down
+    thread.start()
+    try:
+        yield Server(f"http://127.0.0.1:{httpd.server_address[1]}/mirror", folder / "mirror", asked)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+GOOD = {"libc6": b"libc6 file\n", "curl": b"curl file\n"}
+LIBC6 = locked("libc6", "2.36-9+deb12u9", GOOD["libc6"], "debian-security")
+CURL = locked("curl", "7.88.1-10+deb12u8", GOOD["curl"])
+
+
+def leftovers(folder: Path) -> list[Path]:
+    return [path for path in folder.rglob(".fetch-*")] if folder.is_dir() else []
+
+
+def test_fetched_files_land_checked_in_the_cache(tmp_path: Path, server: Server) -> None:
+    put(server.folder, LIBC6, GOOD["libc6"])
+    put(server.folder, CURL, GOOD["curl"])
+    source = origin(server.url, T0)
+    cache = aptdebs.fetch([LIBC6, CURL], source, tmp_path / "root")
+    assert cache == tmp_path / "root" / aptdebs.CACHE / source.key
+    for deb in (LIBC6, CURL):
+        target = cache / deb.archive / deb.path
+        assert target.read_bytes() == GOOD[deb.name]
+        assert target.stat().st_mode & 0o777 == 0o644, "apt reads them as its own user in the build"
+    assert sorted(server.asked) == [
+        "/mirror/debian-security/pool/main/l/libc6/libc6_2.36-9%2Bdeb12u9_all.deb",
+        "/mirror/debian/pool/main/c/curl/curl_7.88.1-10%2Bdeb12u8_all.deb",
+    ]
+    assert leftovers(cache) == []
+
+
+def test_a_cached_file_is_not_fetched_again_unless_it_no_longer_matches(tmp_path: Path, server: Server) -> None:
+    put(server.folder, LIBC6, GOOD["libc6"])
+    put(server.folder, CURL, GOOD["curl"])
+    source = origin(server.url, T0)
+    cache = aptdebs.fetch([LIBC6, CURL], source, tmp_path)
+    assert len(server.asked) == 2
+    aptdebs.fetch([LIBC6, CURL], source, tmp_path)
+    assert len(server.asked) == 2, "the server is not asked for a file the cache holds"
+    (cache / CURL.archive / CURL.path).write_bytes(b"damaged")
+    aptdebs.fetch([LIBC6, CURL], source, tmp_path)
+    assert server.asked[2:] == ["/mirror/debian/pool/main/c/curl/curl_7.88.1-10%2Bdeb12u8_all.deb"]
+    assert (cache / CURL.archive / CURL.path).read_bytes() == GOOD["curl"]
+
+
+def test_files_fetched_from_one_origin_are_not_taken_for_anothers(tmp_path: Path, server: Server) -> None:
+    """A build from a local repository reads it: what the cache holds from the archive proves nothing about it."""
+    put(server.folder, CURL, GOOD["curl"])
+    aptdebs.fetch([CURL], origin(server.url, T0), tmp_path)
+    (tmp_path / "repo").mkdir()
+    with pytest.raises(FetchError, match=r"^curl=7\.88\.1-10\+deb12u8: cannot read .*/repo/debian/pool/main/c/curl/"):
+        aptdebs.fetch([CURL], origin(str(tmp_path / "repo"), T0), tmp_path)
+    put(tmp_path / "repo", CURL, GOOD["curl"])
+    assert aptdebs.fetch([CURL], origin(str(tmp_path / "repo"), T0), tmp_path) != aptdebs.fetch(
+        [CURL], origin(server.url, T0), tmp_path
+    )
+    assert len(server.asked) == 1
+
+
+def test_a_file_that_does_not_match_the_lock_is_refused(tmp_path: Path, server: Server) -> None:
+    put(server.folder, LIBC6, GOOD["libc6"])
+    put(server.folder, CURL, b"something else\n")
+    source = origin(server.url, T0)
+    with pytest.raises(FetchError) as caught:
+        aptdebs.fetch([LIBC6, CURL], source, tmp_path)
+    got = hashlib.sha256(b"something else\n").hexdigest()
+    assert str(caught.value) == (
+        f"curl=7.88.1-10+deb12u8: {source.location(CURL)} has sha256 {got}, the lock says {CURL.sha256}: refused"
+    )
+    cache = tmp_path / aptdebs.CACHE / source.key
+    assert not (cache / CURL.archive / CURL.path).exists()
+    assert (cache / LIBC6.archive / LIBC6.path).read_bytes() == GOOD["libc6"], "the good one is kept"
+    assert leftovers(cache) == []
+
+
+def test_a_file_the_server_does_not_have_names_the_package_and_the_ways_out(tmp_path: Path, server: Server) -> None:
+    server.folder.mkdir()
+    source = origin(server.url, T0)
+    with pytest.raises(FetchError) as caught:
+        aptdebs.fetch([CURL, LIBC6], source, tmp_path)
+    assert str(caught.value).splitlines() == [
+        f"curl=7.88.1-10+deb12u8: {source.location(CURL)}: HTTP 404{GONE}",
+        f"libc6=2.36-9+deb12u9: {source.location(LIBC6)}: HTTP 404{GONE}",
+    ]
+    assert leftovers(tmp_path / aptdebs.CACHE / source.key) == []
+
+
+def test_a_file_a_local_repository_lacks_is_a_fetch_error(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    with pytest.raises(FetchError, match=r"^curl=7\.88\.1-10\+deb12u8: cannot read .*/repo/debian/pool/main/c/curl/"):
+        aptdebs.fetch([CURL], origin(str(tmp_path / "repo"), T0), tmp_path / "root")
+
+
+# --- flat repositories and apt-repo folders, over real packages ----------------------------------------------------
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"these tests need {name} (Debian's dpkg / dpkg-dev packages): apt-get install dpkg-dev")
+    return found
+
+
+@pytest.fixture(scope="module")
+def real_debs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Deb, bytes]]:
+    """Three small real packages, as the lock names them: by package name, its entry and its file."""
+    dpkg_deb = tool("dpkg-deb")
+    tool("dpkg-scanpackages")
+    made: dict[str, tuple[Deb, bytes]] = {}
+    for name, version, archive in (
+        ("hello-a", "1.0+dfsg-1", "debian"),
+        ("hello-b", "2.0-1~deb12u1", "debian-security"),
+        ("hello-c", "3:0.1-2", "debian"),
+    ):
+        root = tmp_path_factory.mktemp(name)
+        (root / "DEBIAN").mkdir()
+        (root / "DEBIAN/control").write_text(
+            f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: Test <test@example.org>\n"
+            f"Description: {name}, a package for the tests\n"
+        )
+        (root / "usr/share/doc" / name).mkdir(parents=True)
+        (root / "usr/share/doc" / name / "README").write_text(f"{name}\n")
+        out = root.parent / f"{name}.deb"
+        subprocess.run(
+            [dpkg_deb, "--build", "--root-owner-group", str(root), str(out)], check=True, capture_output=True
+        )
+        data = out.read_bytes()
+        # the pool's file name has no epoch; the lock's version keeps it
+        made[name] = (dataclasses.replace(locked(name, version.split(":")[-1], data, archive), version=version), data)
+    return made
+
+
+def stanzas(text: str) -> dict[str, dict[str, str]]:
+    """A Packages index: each stanza's fields (continuation lines dropped), by package name."""
+    found = {}
+    for stanza in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if not line.startswith(" "))
+        found[fields["Package"]] = fields
+    return found
+
+
+def repository(tmp_path: Path, debs: dict[str, tuple[Deb, bytes]]) -> Origin:
+    """A folder as `invoke apt-repo` makes it, holding `debs`, as an origin."""
+    for deb, data in debs.values():
+        put(tmp_path / "from", deb, data)
+    return origin(str(tmp_path / "from"), T0)
+
+
+def test_a_flat_repository_holds_exactly_the_locks_files_and_their_index(
+    tmp_path: Path, real_debs: dict[str, tuple[Deb, bytes]]
+) -> None:
+    lock = lock_of(*(deb for deb, _ in real_debs.values()))
+    source = repository(tmp_path, real_debs)
+    folder = aptdebs.flat_repo(lock, source, tmp_path / "root", Runner())
+    assert folder == tmp_path / "root" / aptdebs.repo_folder(lock, source)
+    assert folder.parent == tmp_path / "root" / aptdebs.REPOS
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["Packages", "Release", *(deb.filename for deb, _ in real_debs.values())]
+    )
+    index = (folder / "Packages").read_text()
+    listed = stanzas(index)
+    assert sorted(listed) == sorted(real_debs)
+    for name, (deb, _) in real_debs.items():
+        assert listed[name]["Version"] == deb.version
+        assert listed[name]["Filename"] == f"./{deb.filename}"
+        assert listed[name]["SHA256"] == deb.sha256 == hashlib.sha256((folder / deb.filename).read_bytes()).hexdigest()
+    release = (folder / "Release").read_text()
+    assert release.startswith("Suite: bookworm\nCodename: bookworm\n") and "\nArchitectures: amd64 all\n" in release
+    assert release.count("\nSHA256:\n") == 1
+    raw = (folder / "Packages").read_bytes()
+    assert release.endswith(f"\n {hashlib.sha256(raw).hexdigest()} {len(raw)} Packages\n")
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name], "no staging folder is left behind"
+
+
+def test_a_flat_repository_is_made_once_per_lock(tmp_path: Path, real_debs: dict[str, tuple[Deb, bytes]]) -> None:
+    lock = lock_of(*(deb for deb, _ in real_debs.values()))
+    source = repository(tmp_path, real_debs)
+    first = aptdebs.flat_repo(lock, source, tmp_path / "root", Runner())
+    shutil.rmtree(tmp_path / "from")
+    shutil.rmtree(tmp_path / "root" / aptdebs.CACHE)
+    assert aptdebs.flat_repo(lock, source, tmp_path / "root", Runner(run=no_command)) == first
+    other = lock_of(real_debs["hello-a"][0])
+    with pytest.raises(FetchError, match=r"^hello-a=1\.0\+dfsg-1: cannot read "):
+        aptdebs.flat_repo(other, source, tmp_path / "root", Runner(run=no_command))
+
+
+def test_a_lock_with_a_bad_file_makes_no_repository(tmp_path: Path, real_debs: dict[str, tuple[Deb, bytes]]) -> None:
+    deb, _ = real_debs["hello-a"]
+    put(tmp_path / "from", deb, b"not the locked file")
+    with pytest.raises(FetchError, match="the lock says"):
+        aptdebs.flat_repo(lock_of(deb), origin(str(tmp_path / "from"), T0), tmp_path / "root", Runner())
+    assert not (tmp_path / "root" / aptdebs.REPOS).exists()
+
+
+def test_apt_repo_copies_every_locked_file_once_into_a_mirror_layout_with_an_index(
+    tmp_path: Path, real_debs: dict[str, tuple[Deb, bytes]]
+) -> None:
+    a, b, c = (real_debs[name][0] for name in ("hello-a", "hello-b", "hello-c"))
+    source = repository(tmp_path, real_debs)
+    out = tmp_path / "out"
+    assert aptdebs.export([lock_of(a, b), lock_of(b, c), lock_of(a)], source, out, tmp_path / "root", Runner()) == 3
+    for deb, data in real_debs.values():
+        assert (out / deb.archive / deb.path).read_bytes() == data
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*.deb")) == sorted(
+        f"{deb.archive}/{deb.path}" for deb in (a, b, c)
+    )
+    listed = stanzas((out / "Packages").read_text())
+    assert {name: fields["Filename"] for name, fields in listed.items()} == {
+        deb.name: f"./{deb.archive}/{deb.path}" for deb in (a, b, c)
+    }
+    assert {name: fields["SHA256"] for name, fields in listed.items()} == {deb.name: deb.sha256 for deb in (a, b, c)}
+    assert (out / "Release").is_file()
+    # and it serves as an origin itself
+    again = aptdebs.flat_repo(lock_of(b, c), origin(str(out), T0), tmp_path / "elsewhere", Runner())
+    assert sorted(p.name for p in again.glob("*.deb")) == sorted([b.filename, c.filename])
