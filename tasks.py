@@ -24,8 +24,7 @@ from dlimages.generate.project import Project, find_root
 from dlimages.publish.pushplan import MAX_RETRIES
 
 ROOT = find_root(Path(__file__).parent)  # the repository this tasks.py belongs to, wherever invoke runs it
-# The package logs its progress (build headers, notes); people read it on stdout, in order with build output.
-logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # progress, in order with builds
 
 SELECT_HELP = {  # the cell-selection flags (CellFlags), for the tasks that build or describe one cell each
     "cuda": "CUDA version, e.g. 11.8 (default: every CUDA version)",
@@ -39,11 +38,10 @@ EVERY_HELP = {  # the same flags where a flag left out means every value (lock, 
     "python": "Python version, e.g. 3.10 (default: every Python)",
     "flavor": "runtime or devel (default: both)",
 }
-ENGINE_HELP = {"no_engine_setup": NO_SETUP_HELP}
+SHARED_HELP = {"no_engine_setup": NO_SETUP_HELP, "apt_from": usage.APT_FROM_HELP}  # where a task has the flag
 BUILD_HELP = {
     "mirror": "mirror profile: none, daocloud, tuna, aliyun, ustc (matrix.yaml) or host (this machine's apt mirror)",
-    "base_registry": "take every base image from this registry, HOST[:PORT][/PATH] "
-    f"(after `{usage.BASES_MIRROR} --to`)",
+    "base_registry": f"take every base image from this registry, HOST[:PORT][/PATH] (see `{usage.BASES_MIRROR}`)",
     "ca_bundle": "extra CA bundle for pip inside the build (a BuildKit secret); default: this host's bundle",
 }
 
@@ -75,7 +73,7 @@ def command(
 
         flags = commands.flag_parameters(function)
         run.__signature__ = inspect.Signature([inspect.Parameter("c", inspect.Parameter.POSITIONAL_ONLY), *flags])
-        shared = {name: text for name, text in {**cells, **ENGINE_HELP}.items() if name in {f.name for f in flags}}
+        shared = {name: text for name, text in {**cells, **SHARED_HELP}.items() if name in {f.name for f in flags}}
         return task(help={**shared, **(help or {})}, iterable=commands.repeatable(function), **options)(run)
 
     return decorate
@@ -155,6 +153,7 @@ def repro(c: Context, **flags: Any) -> None:
         "upgrade_package": "let this package move to its newest allowed version (repeatable); others keep their pins",
         "timeout": f"seconds one cell may take to resolve (default {RESOLVE_TIMEOUT_S:g})",
         "prove": "resolve nothing; install each lock on its cell's Python, import the framework (fails if one cannot)",
+        "upgrade_apt": "resolve only the OS package locks (the base's, each cell's apt.lock), to the newest packages",
     },
 )
 def lock(c: Context, **flags: Any) -> None:
@@ -162,15 +161,16 @@ def lock(c: Context, **flags: Any) -> None:
     _echo(commands.lock(Project(ROOT), **flags))
 
 
-@command(
-    help={
-        "mirror": "Debian mirror URL to bootstrap from (default: read from this host's apt sources)",
-        "check": "build the tarball twice and fail unless both, and the image IDs, are identical",
-    },
-)
+@command(help={"check": "build the tarball twice and fail unless both, and the image IDs, are identical"})
 def base(c: Context, **flags: Any) -> None:
-    """Make the offline Debian 12 base image (mmdebstrap, then `docker load` with a fixed config: same ID each time)."""
+    """Make the offline Debian 12 base image from its lock (mmdebstrap, `docker load`, a fixed config: same ID)."""
     commands.base(ROOT, **flags)
+
+
+@command(help={"to": "the folder to copy into (made if missing)"})
+def apt_repo(c: Context, **flags: Any) -> None:
+    """Copy every locked OS package (.deb, checked) into a folder: a repository for --apt-from, offline too."""
+    _echo(commands.apt_repo(Project(ROOT), **flags))
 
 
 @command(
@@ -295,6 +295,6 @@ def package_diff(c: Context, **flags: Any) -> None:
 bases = Collection("bases")
 bases.add_task(bases_list, name="list", default=True)
 bases.add_task(bases_mirror, name="mirror")
-TOP = (matrix, render, build, bake, repro, lock, base, bases, test, push, smoke, bench, doctor, disk, check, ci)
-namespace = Collection(*TOP)
+TOP = (matrix, render, build, bake, repro, lock, base, apt_repo, bases, test, push, smoke, bench, doctor, disk)
+namespace = Collection(*TOP, check, ci)
 namespace.add_task(package_diff)

@@ -3,45 +3,40 @@
 # docker-archive with a fixed image config (dlimages.build.imagearchive) and `docker load` it as the base
 # image that the generated Dockerfiles start FROM.
 #
-# Usage: scripts/make-base.sh [--tag TAG] [--out DIR] [--epoch SECONDS] [--include PKGS] [--check]
+# Usage: scripts/make-base.sh --repo DIR --lock-digest DIGEST [--tag TAG] [--out DIR] [--epoch SECONDS] [--check]
+#   --repo     flat repository holding exactly the packages of images/base-debian12.apt.lock (required;
+#              `invoke base` fetches them, each checked against its SHA256, and indexes them with dpkg-scanpackages)
+#   --lock-digest  the lock's digest (sha256:...), written into the image's history: a build sees a base made
+#              from another lock by it, and makes the base again
 #   --tag      image to load as (default dlimages/base:debian12)
 #   --out      where the tarball and the archive go (default .work/base)
 #   --epoch    SOURCE_DATE_EPOCH (default 1747699200 = 2025-05-20T00:00:00Z)
-#   --include  extra packages, comma-separated (default none: Dockerfiles apt-get install
-#              what they need from the same mirror, so the base stays one small layer)
 #   --check    build the tarball twice and fail unless both tarballs and both image IDs are identical
-#   --mirror   Debian mirror URL to bootstrap from (required; `invoke base` reads it from the host's
-#              apt sources); the security mirror is URL-security unless --security-mirror is given
 #   --python   the Python that has the dlimages package installed (default python3)
 #
-# The image's own apt sources (deb822, as in the official debian image) name the mirror it was
-# bootstrapped from; a mirror profile rewrites them at build time.
-#
-# The mirror comes in at run time (from the host's apt configuration, via `invoke base`), never written here.
-# The tarball is only reproducible while the mirror serves the same package versions: a
-# point release or security update changes it. For the same archive state the image ID is
-# reproducible too, on every machine: the config's `created` is SOURCE_DATE_EPOCH (where
-# `docker import` would stamp the current time), so the ID follows from the tarball alone.
-# That holds for the classic image store; the containerd store IDs images by manifest digest.
+# mmdebstrap installs from that repository alone, so nothing but the locked packages can enter, and the result
+# does not depend on the day or the mirror: the same lock gives the same tarball and image ID on every machine.
+# The image's own apt sources (deb822, as in the official debian image) name Debian's own mirror network; a mirror
+# profile rewrites them at build time. The config's `created` is SOURCE_DATE_EPOCH (where `docker import` would
+# stamp the current time), so the ID follows from the tarball alone. That holds for the classic image store; the
+# containerd store IDs images by manifest digest.
 set -euo pipefail
 
 tag=dlimages/base:debian12
 out=.work/base
 epoch=1747699200
-include=""
 check=0
-mirror=""
-security=""
+repo=""
+lock_digest=""
 python=python3
 while (($#)); do
     case "$1" in
         --tag) tag="${2:?--tag needs a value}"; shift 2 ;;
         --out) out="${2:?--out needs a value}"; shift 2 ;;
         --epoch) epoch="${2:?--epoch needs a value}"; shift 2 ;;
-        --include) include="${2:?--include needs a value}"; shift 2 ;;
         --check) check=1; shift ;;
-        --mirror) mirror="${2:?--mirror needs a URL}"; shift 2 ;;
-        --security-mirror) security="${2:?--security-mirror needs a URL}"; shift 2 ;;
+        --repo) repo="${2:?--repo needs a folder}"; shift 2 ;;
+        --lock-digest) lock_digest="${2:?--lock-digest needs a value}"; shift 2 ;;
         --python) python="${2:?--python needs a program}"; shift 2 ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) printf 'make-base.sh: unknown argument %q (try --help)\n' "$1" >&2; exit 2 ;;
@@ -60,24 +55,23 @@ docker info >/dev/null 2>&1 || die "no Docker engine answers: run scripts/engine
     die "$python cannot import dlimages (pip install -e . first, or give --python)"
 
 readonly suite=bookworm
-# `invoke base` reads the host's apt sources (dlimages.build.mirrors.host_apt_uris) and passes them here.
-[[ -n "$mirror" ]] || die "--mirror URL is required (invoke base reads it from this host's apt sources)"
-[[ "$mirror" =~ ^https?://[^[:space:]]+$ ]] || die "--mirror must be an http(s) URL, got '$mirror'"
-mirror="${mirror%/}"
-[[ -n "$security" ]] || security="$mirror-security"
-log "mirror: $mirror${security:+, security: $security}"
-
-sources=("deb $mirror $suite main" "deb $mirror $suite-updates main")
-[[ -n "$security" ]] && sources+=("deb $security $suite-security main")
+[[ -n "$repo" ]] || die "--repo DIR is required (invoke base fetches the locked packages into one)"
+[[ "$lock_digest" =~ ^sha256:[0-9a-f]{64}$ ]] || die "--lock-digest must be sha256:<64 hex digits>, got '$lock_digest'"
+[[ -f "$repo/Packages" ]] || die "--repo $repo holds no Packages index (invoke base makes it)"
+repo="$(cd "$repo" && pwd)"
+# Every package of the repository, by name: the essential ones are unpacked first, apt installs the rest. Not
+# --variant=minbase, which picks packages by the Priority the index gives them, and an index made from the .deb
+# files has their own field, not the archive's (apt itself is "important" there).
+include="$(sed -n 's/^Package: //p' "$repo/Packages" | sort -u | paste -sd, -)"
+log "packages: the $(tr , '\n' <<<"$include" | wc -l) of the lock, from $repo"
 
 mkdir -p "$out"
 tarball="$out/debian12-minbase.tar"
 archive="$out/debian12-minbase.docker.tar"
 # The image history's line for the layer: how it was made, without mirrors or paths of this machine
 # (it is part of the image ID).
-created_by="mmdebstrap --mode=root --variant=minbase --format=tar${include:+ --include=$include} $suite"
-created_by+=" main, $suite-updates, $suite-security (merged-usr hook; man, doc, locale, info excluded;"
-created_by+=" SOURCE_DATE_EPOCH=$epoch)"
+created_by="mmdebstrap --mode=root --variant=essential --format=tar $suite, every package of base-debian12.apt.lock $lock_digest"
+created_by+=" (merged-usr hook; man, doc, locale, info excluded; SOURCE_DATE_EPOCH=$epoch)"
 
 # Documentation, man pages and locales are dropped as dpkg installs, as the official
 # slim images do; copyright files stay for licence compliance. Merged /usr is set up the
@@ -87,7 +81,7 @@ created_by+=" SOURCE_DATE_EPOCH=$epoch)"
 build_tarball() {
     local dest="$1"
     local -a args=(
-        --mode=root --variant=minbase --format=tar --quiet
+        --mode=root --variant=essential --include="$include" --format=tar --quiet
         --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
         --dpkgopt='path-exclude=/usr/share/man/*'
         --dpkgopt='path-exclude=/usr/share/doc/*'
@@ -95,15 +89,14 @@ build_tarball() {
         --dpkgopt='path-exclude=/usr/share/locale/*'
         --dpkgopt='path-exclude=/usr/share/info/*'
         --aptopt='Acquire::Languages "none"'
-        # The image keeps Debian's default sources, not the mirror it was bootstrapped from ($1 is
-        # the hook's root directory, expanded by mmdebstrap).
+        # The image keeps Debian's default sources, not the repository it was made from ($1 is the hook's root
+        # directory, expanded by mmdebstrap).
         --customize-hook='rm -f "$1/etc/apt/sources.list"'
-        --customize-hook='printf "%s\n" "Types: deb" "URIs: $DLI_MIRROR" "Suites: bookworm bookworm-updates" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" "" "Types: deb" "URIs: $DLI_SECURITY_MIRROR" "Suites: bookworm-security" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$1/etc/apt/sources.list.d/debian.sources"'
+        --customize-hook='printf "%s\n" "Types: deb" "URIs: http://deb.debian.org/debian" "Suites: bookworm bookworm-updates" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" "" "Types: deb" "URIs: http://deb.debian.org/debian-security" "Suites: bookworm-security" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$1/etc/apt/sources.list.d/debian.sources"'
     )
-    [[ -n "$include" ]] && args+=(--include="$include")
     local start=$SECONDS
     # The hooks chat on stdout even with --quiet: keep it in a log, show it on failure.
-    if ! SOURCE_DATE_EPOCH="$epoch" mmdebstrap "${args[@]}" "$suite" "$dest" "${sources[@]}" \
+    if ! SOURCE_DATE_EPOCH="$epoch" mmdebstrap "${args[@]}" "$suite" "$dest" "deb [trusted=yes] copy://$repo ./" \
         >"$dest.log" 2>&1; then
         tail -n 30 "$dest.log" >&2
         die "mmdebstrap failed; full log in $dest.log"
@@ -117,7 +110,6 @@ write_archive() {
         --created-by "$created_by"
 }
 
-export DLI_MIRROR="$mirror" DLI_SECURITY_MIRROR="${security:-$mirror-security}"
 build_tarball "$tarball"
 image_id="$(write_archive "$tarball" "$archive")" || die "could not write the image archive $archive"
 log "wrote $archive, image id $image_id"

@@ -28,7 +28,7 @@ _ATTESTATIONS = {"--provenance=false": "type=provenance,disabled=true", "--sbom=
 # Flags of a plan's argv that belong to the run, not to the target: progress is the bake command's, the image ID
 # comes from bake's metadata file, and --load is the target's output.
 _RUN_FLAGS = re.compile(r"--progress=.*")
-_VALUE_FLAGS = ("--file", "--build-arg", "--secret", "--iidfile")
+_VALUE_FLAGS = ("--file", "--build-arg", "--secret", "--iidfile", "--build-context")
 _PREFIX = ("docker", "buildx", "build")
 
 
@@ -44,9 +44,11 @@ class Target:
     attest: list[str]
     tags: list[str]
     output: list[str]
+    contexts: dict[str, str]
 
     def document(self) -> dict[str, object]:
         return {
+            **({"contexts": self.contexts} if self.contexts else {}),
             "context": self.context,
             "dockerfile": self.dockerfile,
             "args": dict(sorted(self.args.items())),
@@ -100,6 +102,7 @@ def target(plan: BuildPlan, *, tags: bool = True) -> Target:
         attest=attest,
         tags=list(plan.cell.refs) if tags else [],
         output=output,
+        contexts=dict(pair.split("=", 1) for pair in values["--build-context"]),
     )
 
 

@@ -9,12 +9,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlimages.build import basesource
+from dlimages.build import aptdebs, basesource
 from dlimages.build.basesource import BaseChoice, BaseSource, choose, choose_all
 from dlimages.build.mirrors import MirrorArgs, resolve
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.runner import Runner
+from dlimages.generate import aptlock
 from dlimages.generate.baselock import LOCK_FILE as BASES_LOCK_FILE
 from dlimages.generate.baselock import BaseLock
 from dlimages.generate.lock import lock_state
@@ -101,6 +102,19 @@ def default_ca_bundle() -> Path | None:
 
 
 @dataclass(frozen=True)
+class AptDebs:
+    """The locked OS packages a build installs: the cell's apt lock, where its files come from, and the flat
+    repository (relative to the repository root) they are gathered in first (aptdebs.flat_repo)."""
+
+    lock: aptlock.AptLock
+    origin: aptdebs.Origin
+
+    @property
+    def folder(self) -> Path:
+        return aptdebs.repo_folder(self.lock, self.origin)
+
+
+@dataclass(frozen=True)
 class BuildPlan:
     cell: Cell
     build: list[str]
@@ -108,6 +122,7 @@ class BuildPlan:
     mirror: MirrorArgs
     base: BaseChoice
     notes: tuple[str, ...] = ()  # where the base comes from, what keeps this build from being reproducible
+    apt: AptDebs | None = None  # None: the cell's apt step installs what the archive serves (no apt lock)
 
     def build_arg(self, name: str) -> str:
         """The value the build passes for --build-arg `name` ("" when it passes none)."""
@@ -139,6 +154,7 @@ def plan_build(
     epoch: int = 0,
     progress: str = "plain",
     notes: Sequence[str] = (),
+    apt: AptDebs | None = None,
 ) -> BuildPlan:
     """Build without tags into an image ID; tags are applied only once the build has succeeded.
 
@@ -163,8 +179,10 @@ def plan_build(
     for name, value in args.items():
         argv += ["--build-arg", f"{name}={value}"]
     argv += secrets.argv()
+    if apt is not None:
+        argv += ["--build-context", f"apt-debs={apt.folder}"]
     argv += ["--iidfile", str(iidfile), IMAGES_DIR]
-    return BuildPlan(cell, argv, iidfile, mirror, base, tuple(notes))
+    return BuildPlan(cell, argv, iidfile, mirror, base, tuple(notes), apt)
 
 
 def plan_builds(
@@ -178,6 +196,7 @@ def plan_builds(
     root: Path | None = None,
     bases: Mapping[str, BaseChoice] | None = None,
     source: BaseSource | None = None,
+    apt_from: str | None = None,
 ) -> list[BuildPlan]:
     """One plan per cell with the mirror profile resolved for it; each build writes its image ID under workdir and
     labels the image with the source `revision` (see `source_revision`), its files stamped with `epochs[slug]`.
@@ -202,19 +221,44 @@ def plan_builds(
                 f"(the image's label io.dlimages.locked says false); `{usage.LOCK} {flags_for(cell)}` where "
                 f"{cell.install.index_url or cell.install.find_links or 'its index'} is reachable fixes that"
             )
+        mirror = resolve(matrix, profile, cell)
+        apt = apt_debs(root, cell, mirror, apt_from) if root is not None else None
+        if apt is not None:
+            notes.append(f"OS packages: the {len(apt.lock.debs)} of its apt.lock, from {apt.origin.describe()}")
+        elif root is not None and apt_from not in (None, "archive"):
+            raise InputError(
+                [
+                    Problem(
+                        "--apt-from",
+                        f"{cell.slug} has no apt.lock: its OS packages come from the archive",
+                        "leave --apt-from out for it",
+                    )
+                ]
+            )
         plans.append(
             plan_build(
                 cell,
-                resolve(matrix, profile, cell),
+                mirror,
                 secrets,
                 base=base if root is not None or bases is not None else None,
                 iidfile=workdir / f"{cell.slug}.iid",
                 revision=revision,
                 epoch=(epochs or {}).get(cell.slug, 0),
                 notes=notes,
+                apt=apt,
             )
         )
     return plans
+
+
+def apt_debs(root: Path, cell: Cell, mirror: MirrorArgs, apt_from: str | None) -> AptDebs | None:
+    """The locked OS packages of the cell (None when it has no apt lock), fetched from `apt_from` (aptdebs.origin;
+    the default: the build's own apt mirror)."""
+    lock = aptlock.read(root / IMAGES_DIR / cell.framework / cell.slug / aptlock.APT_LOCK)
+    if lock is None:
+        return None
+    mirrors = aptdebs.mirrors_of(mirror.apt, mirror.apt_security)
+    return AptDebs(lock, aptdebs.origin(apt_from, lock.resolved, mirrors))
 
 
 def source_date_epoch(root: Path, cell: Cell, runner: Runner) -> int:
@@ -256,6 +300,7 @@ def plan_run(
     base_registry: str | None = None,
     every_cell: Sequence[Cell] = (),
     resolve_bases: bool = True,
+    apt_from: str | None = None,
 ) -> list[BuildPlan]:
     """The plans of one `invoke build`/`invoke repro` run from the checkout at `root`: source revision and epochs
     from git, bases from `--base-registry` or the profile's registry, pinned by the bases lock or (`resolve_bases`;
@@ -267,7 +312,7 @@ def plan_run(
     choices = choose_all(cells, source, BaseLock.load(root / BASES_LOCK_FILE))
     if resolve_bases:
         choices = basesource.resolve(choices, source, every_cell or cells, matrix, runner, profile)
-    return plan_builds(matrix, cells, profile, secrets, workdir, revision, epochs, root, choices, source)
+    return plan_builds(matrix, cells, profile, secrets, workdir, revision, epochs, root, choices, source, apt_from)
 
 
 def local_bases(plans: Sequence[BuildPlan]) -> list[str]:

@@ -5,7 +5,7 @@ nothing) or raises Failed with an exit code."""
 
 from __future__ import annotations
 
-from dlimages.commands.bases import base, bases_list, bases_mirror
+from dlimages.commands.bases import apt_repo, base, bases_list, bases_mirror
 from dlimages.commands.builds import bake, build, repro
 from dlimages.commands.flags import CellFlags, flag_parameters, repeatable
 from dlimages.commands.generate import doctor, lock, matrix, render
@@ -16,6 +16,7 @@ from dlimages.commands.session import Failed
 __all__ = [
     "CellFlags",
     "Failed",
+    "apt_repo",
     "bake",
     "base",
     "bases_list",

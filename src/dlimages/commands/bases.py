@@ -8,36 +8,49 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from dlimages.build import basesource
-from dlimages.build.base import make_base_argv, missing_bases
+from dlimages.build import aptdebs, basesource
+from dlimages.build.base import base_lock, make_base_argv, missing_bases
 from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
-from dlimages.generate import baselock, baserequire
+from dlimages.generate import aptlock, baselock, baserequire
+from dlimages.generate import lock as lock_files
+from dlimages.generate.aptlock import BASE_APT_LOCK
 from dlimages.generate.project import Project
 from dlimages.gpu import inimage
 from dlimages.model.selection import select
 
 
-def base(root: Path, *, mirror: str | None = None, check: bool = False, no_engine_setup: bool = False) -> None:
-    """Make the offline Debian 12 base image with scripts/make-base.sh (its output shown as it runs)."""
-    argv = make_base_argv(root, mirror, check=check)
+def base(root: Path, *, apt_from: str | None = None, check: bool = False, no_engine_setup: bool = False) -> None:
+    """Make the offline Debian 12 base image from its lock with scripts/make-base.sh (its output shown as it runs):
+    the lock's packages fetched and checked first, from `apt_from` (aptdebs.origin) or this host's mirror."""
+    source = base_lock(root, apt_from)
     engine(root, no_engine_setup, buildx=False)
-    code = RUNNER.stream(argv, say)
+    say(f"{BASE_APT_LOCK}: {len(source.lock.debs)} packages, from {source.origin.describe()}")
+    try:
+        repo = aptdebs.flat_repo(source.lock, source.origin, root, RUNNER)
+    except aptdebs.FetchError as error:
+        raise Failed(f"error: the base's packages:\n{error}", code=1) from None
+    code = RUNNER.stream(make_base_argv(root, repo, source.lock, check=check), say)
     if code:
         raise Failed(f"error: scripts/make-base.sh exited {code}", code=1)
 
 
-def make_local_bases(root: Path, images: list[str]) -> None:
-    """Make the bases made here that the engine lacks (with `base`, which needs root), before a build uses them."""
-    for image in missing_bases(images, RUNNER):
+def make_local_bases(root: Path, images: list[str], apt_from: str | None = None) -> None:
+    """Make the bases made here that the engine lacks or has from another lock (with `base`, which needs root),
+    before a build uses them."""
+    lock = aptlock.read(root / BASE_APT_LOCK) if images else None
+    for image in missing_bases(images, RUNNER, lock):
         if os.geteuid() != 0:  # mmdebstrap --mode=root: the one step of a build that needs root, once per engine
-            raise Failed(f"error: {image} is missing; making it needs root, once: {usage.BASE_AS_ROOT}", code=1)
-        print(f"{image} is missing: making it with `{usage.BASE}`")
-        base(root, mirror=None, check=False, no_engine_setup=True)
+            raise Failed(
+                f"error: {image} is missing or from another lock; making it needs root, once: {usage.BASE_AS_ROOT}",
+                code=1,
+            )
+        print(f"{image} is missing or made from another lock: making it with `{usage.BASE}`")
+        base(root, apt_from=apt_from, check=False, no_engine_setup=True)
 
 
 def bases_list(project: Project, *, cells: CellFlags = ANY_CELL, lock: bool = False) -> str | None:
@@ -96,3 +109,22 @@ def bases_mirror(
     if not all(r.ok for r in results):
         raise Failed(output=summary)
     return summary
+
+
+def apt_repo(project: Project, *, to: str, apt_from: str | None = None) -> str:
+    """Copy the locked .deb files of the base and of every cell into the folder `to`, checked: a repository that
+    holds only them, for `--apt-from` (offline and air-gapped builds, and builds after the archive has moved on)."""
+    folder = Path(to)
+    if folder.exists() and not folder.is_dir():
+        raise InputError([Problem("--to", f"{to[:200]!r} is not a folder", "a folder (made if missing)")])
+    source = base_lock(project.root, apt_from)
+    paths = [lock_files.cell_dir(project.root, cell) / aptlock.APT_LOCK for cell in project.expansion.cells]
+    locks = {lock.digest(): lock for lock in [source.lock, *filter(None, map(aptlock.read, paths))]}
+    try:
+        count = aptdebs.export(locks.values(), source.origin, folder.absolute(), project.root, RUNNER)
+    except aptdebs.FetchError as error:
+        raise Failed(f"error: {error}", code=1) from None
+    return (
+        f"{folder}: {count} packages of {len(locks)} locks, from {source.origin.describe()}; build from it with "
+        f"`{usage.BUILD} --apt-from {shlex.quote(str(folder))}` (or serve the folder over HTTP: --apt-from URL)"
+    )

@@ -4,8 +4,9 @@ repro (the proof that a build is reproducible)."""
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
-from dlimages.build import basesource
+from dlimages.build import aptdebs, basesource
 from dlimages.build.advice import Remedies
 from dlimages.build.bake import (
     BAKE_FILE,
@@ -45,21 +46,23 @@ def build(
     jobs: str = "1",  # text, checked by the package: a wrong type is exit 2, not Invoke's traceback
     cache_from: str | None = None,
     cache_to: str | None = None,
+    apt_from: str | None = None,
 ) -> str | None:
     """Build the selected cells and record them in the ledger: the summary is said as soon as they are built, the
     commands to run next returned. `dry_run`: the exact docker commands and tags, touching nothing."""
     chosen = select_cells(project, cells)
     secrets = Secrets.from_flags(ca_bundle, netrc)
     parallel = jobs_from_flags(jobs, cache_from, cache_to)
-    plans = plan_cells(project, chosen, mirror, secrets, base_registry, resolve_bases=False)  # every flag checked
+    plans = plan_cells(project, chosen, mirror, secrets, base_registry, resolve_bases=False, apt_from=apt_from)
     if dry_run:
         return "\n\n".join(each.describe() for each in plans)
     engine(project.root, no_engine_setup)  # installs skopeo too, which asks a base registry for digests
     refused = cache_export_problem(builder_driver(RUNNER), cache_to) if parallel > 1 else None
     if refused:
         raise Failed(refused, code=2)
-    plans = plan_cells(project, chosen, mirror, secrets, base_registry)  # now with the digests the registries give
-    make_local_bases(project.root, local_bases(plans))
+    plans = plan_cells(project, chosen, mirror, secrets, base_registry, apt_from=apt_from)  # with the bases' digests
+    make_local_bases(project.root, local_bases(plans), apt_from)
+    fetch_debs(project.root, plans)
     warn_if_short_of_disk(len(plans))
     try:
         remedies = Remedies.from_matrix(project.matrix, project.expansion.cells)
@@ -95,6 +98,7 @@ def bake(
     cache_from: str | None = None,
     cache_to: str | None = None,
     out: str = BAKE_FILE,
+    apt_from: str | None = None,
 ) -> str:
     """Write the bake file `out` with the selected cells' builds (their notes said first); what to run next."""
     chosen = select_cells(project, cells)
@@ -103,7 +107,8 @@ def bake(
     problems += out_problems(out, project.root, RUNNER)
     if problems:
         raise InputError(problems)
-    plans = plan_cells(project, chosen, mirror, secrets, base_registry, resolve_bases=False)
+    plans = plan_cells(project, chosen, mirror, secrets, base_registry, resolve_bases=False, apt_from=apt_from)
+    fetch_debs(project.root, plans)
     for each in plans:
         for line in (*each.mirror.notes, *each.notes):
             say(f"note ({each.cell.slug}): {line}")
@@ -125,6 +130,7 @@ def repro(
     base_registry: str | None = None,
     ca_bundle: str | None = None,
     no_engine_setup: bool = False,
+    apt_from: str | None = None,
 ) -> str:
     """Build each selected cell (or `dockerfile`) cold twice, or once `against` an image (local, or pulled by its
     digest), and report every difference; Failed (exit 1, the report printed) unless all are reproducible."""
@@ -142,11 +148,12 @@ def repro(
     else:
         chosen = select_cells(project, cells)
         secrets = Secrets.from_flags(ca_bundle, None)
-        plan_cells(project, chosen, profile, secrets, base_registry, resolve_bases=False)  # every flag checked
+        plan_cells(project, chosen, profile, secrets, base_registry, resolve_bases=False, apt_from=apt_from)
         engine(project.root, no_engine_setup)
         check_against(against)
-        plans = plan_cells(project, chosen, profile, secrets, base_registry)
-        make_local_bases(project.root, local_bases(plans))
+        plans = plan_cells(project, chosen, profile, secrets, base_registry, apt_from=apt_from)
+        make_local_bases(project.root, local_bases(plans), apt_from)
+        fetch_debs(project.root, plans)
         builds = [(each.cell.slug, each.build) for each in plans]
         dirty = any(each.build_arg("REVISION").endswith("-dirty") for each in plans)
     outcomes = [
@@ -179,6 +186,7 @@ def plan_cells(
     base_registry: str | None,
     *,
     resolve_bases: bool = True,
+    apt_from: str | None = None,
 ) -> list[BuildPlan]:
     """The builds of the cells. Planned twice by a run: first with `resolve_bases` off, which checks every flag
     before an engine is started (and is what a dry run shows), then, with the engine up, asking the registries
@@ -195,6 +203,22 @@ def plan_cells(
             base_registry=base_registry,
             every_cell=project.expansion.cells,
             resolve_bases=resolve_bases,
+            apt_from=apt_from,
         )
     except basesource.BaseUnavailable as error:
         raise Failed(str(error), code=1) from None
+
+
+def fetch_debs(root: Path, plans: list[BuildPlan]) -> None:
+    """The locked OS packages of every plan, fetched and checked into their flat repositories before any build
+    starts: a file that cannot be had, or differs from its lock, stops the run (exit 1) naming the package, and no
+    build runs, so no tag moves."""
+    for each in plans:
+        if each.apt is not None and not (root / each.apt.folder / "Packages").is_file():
+            debs, where = len(each.apt.lock.debs), each.apt.origin.describe()
+            say(f"{each.cell.slug}: fetching the {debs} packages of its apt.lock from {where}")
+        try:
+            if each.apt is not None:
+                aptdebs.flat_repo(each.apt.lock, each.apt.origin, root, RUNNER)
+        except aptdebs.FetchError as error:
+            raise Failed(f"error: {each.cell.slug}'s OS packages:\n{error}", code=1) from None

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
+from dlimages.build import aptdebs
+from dlimages.build.mirrors import NoDebianMirror, debian_mirrors
 from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, note
 from dlimages.core import usage
-from dlimages.core.errors import InputError
+from dlimages.core.errors import InputError, Problem
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
+from dlimages.generate import aptlock, lockproof
 from dlimages.generate import lock as lock_files
-from dlimages.generate import lockproof
 from dlimages.generate.changes import changed_since
 from dlimages.generate.project import Project
 from dlimages.gpu import probe
@@ -63,9 +66,11 @@ def lock(
     upgrade_package: Sequence[str] | None = None,
     timeout: str = str(lock_files.RESOLVE_TIMEOUT_S),
     prove: bool = False,
+    upgrade_apt: bool = False,
 ) -> str:
     """Resolve the selected cells' package sets into their locks (then render), or, with `check`, judge every lock,
-    or, with `prove`, install each selected lock and import its framework."""
+    or, with `prove`, install each selected lock and import its framework; `upgrade_apt`: resolve only the OS
+    package locks, taking the archive's newest packages."""
     want = cells.selection()
     chosen = select(project.matrix, project.expansion, want, defaults=False)
     pip = project.matrix.packages.pip
@@ -73,22 +78,66 @@ def lock(
         return _prove(project, chosen)
     if check:
         problems = lock_files.lock_problems(project.root, project.expansion.cells, pip)
+        problems += _os_lock_problems(project)
         if problems:
             raise Failed(InputError(problems, heading="Locks do not match matrix.yaml:").report(), code=1)
-        return lock_files.summary(project.root, project.expansion.cells, pip)
-    results = lock_files.lock_cells(
-        project.root,
-        chosen,
-        pip,
-        RUNNER,
-        upgrade=list(upgrade_package or []),
-        timeout=lock_files.timeout_from_flag(timeout),
+        others = len(project.expansion.cells) - len(_os_cells(project))
+        return lock_files.summary(project.root, project.expansion.cells, pip) + (
+            f"\nOS packages: {aptlock.BASE_APT_LOCK} and the apt.lock of the {len(_os_cells(project))} cells on that "
+            f"base up to date; the {others} cells on Ubuntu and nvidia/cuda bases install what their archive serves "
+            "on the day of the build (their apt steps are not locked yet)."
+        )
+    results = (
+        []
+        if upgrade_apt
+        else lock_files.lock_cells(
+            project.root,
+            chosen,
+            pip,
+            RUNNER,
+            upgrade=list(upgrade_package or []),
+            timeout=lock_files.timeout_from_flag(timeout),
+        )
     )
+    os_lines = _lock_os(project, upgrade=upgrade_apt)
     changed, _ = project.write_rendered()
-    summary = f"{sum(r.ok for r in results)} of {len(results)} cells locked; render: {len(changed)} files changed."
+    summary = "\n".join(os_lines) + "\n"
+    summary += f"{sum(r.ok for r in results)} of {len(results)} cells locked; render: {len(changed)} files changed."
     if not all(r.ok for r in results):
         raise Failed(output=summary)
     return summary
+
+
+def _os_cells(project: Project) -> list[Path]:
+    """The folders of the cells whose OS packages are locked: those on the offline Debian base."""
+    return [lock_files.cell_dir(project.root, cell) for cell in project.expansion.cells if cell.bootstrap_base]
+
+
+def _lock_os(project: Project, *, upgrade: bool) -> list[str]:
+    try:
+        main, security = debian_mirrors()
+    except NoDebianMirror:
+        main, security = f"{aptdebs.PUBLIC}/debian", f"{aptdebs.PUBLIC}/debian-security"
+    urls = {"debian": main, "debian-security": security}
+    packages = sorted(project.matrix.packages.apt)
+    try:
+        return aptlock.lock_os(project.root, _os_cells(project), packages, urls, RUNNER, upgrade=upgrade)
+    except aptlock.ResolveError as error:
+        raise Failed(f"error: the OS package locks: {error}", code=1) from None
+
+
+def _os_lock_problems(project: Project) -> list[Problem]:
+    packages = sorted(project.matrix.packages.apt)
+    run = f"run `{usage.LOCK} --upgrade-apt`"
+    problems = []
+    for path, wanted in [
+        (project.root / aptlock.BASE_APT_LOCK, None),
+        *((c / aptlock.APT_LOCK, packages) for c in _os_cells(project)),
+    ]:
+        why = aptlock.stale(project.root, path, wanted)
+        if why:
+            problems.append(Problem(str(path.relative_to(project.root)), f"the OS package lock is {why}; {run}"))
+    return problems
 
 
 def _prove(project: Project, chosen: Sequence[Cell]) -> str:

@@ -24,6 +24,11 @@ LOCK_CHECK = invoke("lock", "--check")
 BASE = invoke("base")
 BASE_AS_ROOT = f'sudo "$(command -v {PROGRAM})" base'  # root's PATH may lack the virtual environment's invoke
 BASES_LOCK = invoke("bases", "--lock")
+APT_REPO = invoke("apt-repo")
+APT_FROM_HELP = (
+    "where the locked OS packages come from: archive (default: the build's apt mirror), snapshot (Debian's snapshot "
+    f"archive at the lock's time), or a folder `{APT_REPO}` made, or its URL"
+)
 BASES_MIRROR = invoke("bases.mirror")
 TEST = invoke("test")
 INSTALL_TEST_TOOLS = "pip install -e '.[test]'"  # pyproject.toml's `test` extra, from the clone

@@ -22,6 +22,7 @@ import jinja2
 
 from dlimages.core.errors import InputError, Problem, allowed_list
 from dlimages.core.files import stage, turn
+from dlimages.generate.aptlock import APT_LOCK, BASE_APT_LOCK
 from dlimages.generate.dockerfile_rules import dockerfile_problems
 from dlimages.generate.lock import LOCK_FILES, install_flags, lock_state
 from dlimages.generate.matrixdocs import DOCS, Block, blocks, splice
@@ -35,6 +36,7 @@ ASSETS = "assets"  # images/assets/: what every image copies, all of it rendered
 # The in-image commands, from the package's payload/; its other dl_*.py files are the modules they import, which
 # templates/partials/shell.j2 installs beside them.
 PAYLOAD_COMMANDS = {"dl_smoke.py": "dl-smoke", "dl_bench.py": "dl-bench"}
+CELL_LOCKS = (*LOCK_FILES, APT_LOCK)  # what `invoke lock` writes into a cell's folder; render never touches them
 CELL_FILES = ("Dockerfile", "cell.json")  # what render writes into a cell's folder, beside the cell's locks
 BASES_LOCK = f"{IMAGES_DIR}/bases.lock.json"  # written by `invoke bases --lock` (baselock.py)
 RENDER_LOCK = ".work/render.lock"  # in the folder git ignores: renders take turns on it (`rendering`)
@@ -95,14 +97,18 @@ def check_partials(root: Path, matrix: Matrix) -> None:
         raise InputError(problems)
 
 
-def render_cell(env: jinja2.Environment, matrix: Matrix, cell: Cell, *, locked: bool = False) -> str:
-    """The cell's Dockerfile; `locked`: its packages install from the lock beside it (lock.py), not by resolving."""
+def render_cell(
+    env: jinja2.Environment, matrix: Matrix, cell: Cell, *, locked: bool = False, apt_locked: bool = False
+) -> str:
+    """The cell's Dockerfile; `locked`: its packages install from the lock beside it (lock.py), not by resolving;
+    `apt_locked`: its OS packages from its apt.lock (aptlock.py)."""
     template = env.get_template("Dockerfile.j2")
     text = template.render(
         cell=cell,
         cell_json=cell.as_json(),
         cell_dir=f"{cell.framework}/{cell.slug}",  # in the build context, images/
         locked=locked,
+        apt_locked=apt_locked,
         install_flags=install_flags(cell.install.source_builds),
         build_flags=flags_for(cell),
         partials=matrix.partials,
@@ -128,8 +134,9 @@ def render_tree(root: Path, matrix: Matrix, expansion: Expansion) -> list[Genera
         base = f"{IMAGES_DIR}/{cell.framework}/{cell.slug}"
         # Locks are written by `invoke lock`, never by render; they decide how pip installs.
         locked = lock_state(root, cell, matrix.packages.pip).locked
+        apt_locked = (root / base / APT_LOCK).is_file()
         try:
-            dockerfile = render_cell(env, matrix, cell, locked=locked)
+            dockerfile = render_cell(env, matrix, cell, locked=locked, apt_locked=apt_locked)
         except jinja2.TemplateError as error:
             where = f"{TEMPLATES_DIR}/{getattr(error, 'name', None) or 'Dockerfile.j2'}"
             line = getattr(error, "lineno", None)
@@ -199,13 +206,13 @@ def _extra(root: Path, files: list[GeneratedFile]) -> tuple[list[str], list[Prob
     kept: list[Problem] = []
     for path in _existing(root):
         folder, name = str(Path(path).parent), Path(path).name
-        if path in wanted or path == BASES_LOCK or (name in LOCK_FILES and folder in cells):
+        if path in wanted or path in (BASES_LOCK, BASE_APT_LOCK) or (name in CELL_LOCKS and folder in cells):
             continue
         if name.startswith(".") and name.endswith(STAGED):
             kept.append(Problem(path, "left by a render that was stopped part-way; run `invoke render`"))
         elif _written_by_render(path):
             removable.append(path)
-        elif name in LOCK_FILES:
+        elif name in CELL_LOCKS:
             kept.append(
                 Problem(
                     path,

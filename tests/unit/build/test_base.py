@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -10,39 +9,52 @@ from typing import Any
 
 import pytest
 
-from dlimages.build.base import make_base_argv, missing_bases
+from dlimages.build.base import base_lock, make_base_argv, missing_bases
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
+from dlimages.generate import aptlock
+
+LOCK_TEXT = (
+    "# Part: the offline Debian 12 base\n# Resolved: 20261201T000000Z\n# Input: sha256:" + "0" * 64 + "\n"
+    "apt=2.6.1 debian pool/main/a/apt/apt_2.6.1_amd64.deb 10 sha256:" + "a" * 64 + "\n"
+)
 
 
-def test_mirror_given_or_read_from_the_hosts_apt_sources(tmp_path: Path) -> None:
+def _root(tmp_path: Path) -> Path:
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images/base-debian12.apt.lock").write_text(LOCK_TEXT)
+    return tmp_path
+
+
+def test_the_base_is_made_from_the_flat_repository_of_its_lock(tmp_path: Path) -> None:
+    lock = aptlock.AptLock.parse(LOCK_TEXT, "lock")
+    assert make_base_argv(Path("/repo"), Path("/repo/.work/apt/repo/x"), lock, check=True) == [
+        "bash", "/repo/scripts/make-base.sh", "--repo", "/repo/.work/apt/repo/x", "--lock-digest", lock.digest(),
+        "--check",
+    ]  # fmt: skip
+
+
+def test_the_bases_packages_come_from_the_hosts_mirror_else_debians_own(tmp_path: Path) -> None:
+    root = _root(tmp_path)
     sources = tmp_path / "debian.sources"
     sources.write_text("Types: deb\nURIs: http://deb.example.org/debian\nSuites: bookworm\n")
-    root = Path("/repo")
-    assert make_base_argv(root, "http://m.example.net/debian") == [
-        "bash", "/repo/scripts/make-base.sh", "--mirror", "http://m.example.net/debian",
-    ]  # fmt: skip
-    assert make_base_argv(root, sources=[sources], check=True) == [
-        "bash", "/repo/scripts/make-base.sh", "--mirror", "http://deb.example.org/debian",
-        "--security-mirror", "http://deb.example.org/debian-security", "--check",
-    ]  # fmt: skip
-
-
-def test_a_host_whose_apt_sources_name_no_debian_mirror_takes_debians_public_archive_and_says_so(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+    assert base_lock(root, None, [sources]).origin.urls == {
+        "debian": "http://deb.example.org/debian", "debian-security": "http://deb.example.org/debian-security",
+    }  # fmt: skip
     # GitHub's Ubuntu runners: apt sources, but none of Debian's.
     ubuntu = tmp_path / "ubuntu.sources"
     ubuntu.write_text("Types: deb\nURIs: http://azure.archive.ubuntu.com/ubuntu/\nSuites: noble\n")
-    with caplog.at_level(logging.INFO, logger="dlimages.build.base"):
-        for sources in ([ubuntu], [tmp_path / "absent"]):
-            assert make_base_argv(Path("/repo"), sources=sources) == [
-                "bash", "/repo/scripts/make-base.sh", "--mirror", "http://ftp.debian.org/debian",
-                "--security-mirror", "http://security.debian.org/debian-security",
-            ]  # fmt: skip
-    assert (
-        caplog.messages
-        == ["note: this host's apt sources name no Debian mirror: the base comes from http://ftp.debian.org/debian"] * 2
+    assert base_lock(root, None, [ubuntu]).origin.urls == {
+        "debian": "http://deb.debian.org/debian", "debian-security": "http://deb.debian.org/debian-security",
+    }  # fmt: skip
+    assert base_lock(root, "snapshot", [ubuntu]).origin.urls["debian"].endswith("/debian/20261201T000000Z")
+
+
+def test_without_a_base_lock_invoke_base_names_the_command_that_writes_it(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as caught:
+        base_lock(tmp_path, None, [])
+    assert caught.value.report() == (
+        "error: images/base-debian12.apt.lock: missing (allowed: `invoke lock --upgrade-apt` writes it)"
     )
 
 
@@ -62,40 +74,21 @@ def test_only_missing_local_bases_are_named_once() -> None:
 URL_ALLOWED = "http(s)://host[:port]/path with letters, digits and . _ ~ + = , - / %XX"
 
 
-SHELL_CHARACTER = "has ';' in its path (query strings, fragments and shell characters are not allowed)"
-CREDENTIALS = "carries credentials (user:password@): give them with --netrc FILE (a BuildKit secret) instead"
-
-
-@pytest.mark.parametrize(
-    ("mirror", "problem"),
-    [
-        ("http://x/;id>/dev/stderr;#", SHELL_CHARACTER),
-        ("https://u:p@deb.example.org/debian", CREDENTIALS),
-        ("deb.example.org/debian", "is not an http:// or https:// URL"),
-        ("", "is empty"),
-    ],
-    ids=["shell", "credentials", "no-scheme", "empty"],
-)
-def test_a_bad_mirror_flag_is_an_input_error(mirror: str, problem: str) -> None:
-    with pytest.raises(InputError) as caught:
-        make_base_argv(Path("/repo"), mirror)
-    assert caught.value.report() == f"error: --mirror: the URL {problem} (allowed: {URL_ALLOWED})"
-
-
 def test_a_hostile_mirror_in_the_hosts_apt_sources_is_an_input_error(tmp_path: Path) -> None:
     sources = tmp_path / "debian.sources"
     sources.write_text("Types: deb\nURIs: http://x/$(id)/debian\nSuites: bookworm\n", encoding="utf-8")
     with pytest.raises(InputError) as caught:
-        make_base_argv(Path("/repo"), sources=[sources])
+        base_lock(_root(tmp_path), None, [sources])
     assert caught.value.report().startswith(
         f"error: {sources}:2: this host's Debian mirror (read for --mirror) has '$' in its path"
     )
 
 
-def test_invoke_base_refuses_a_bad_mirror_with_exit_2(repo_copy: Path) -> None:
+def test_invoke_base_refuses_a_bad_apt_from_with_exit_2(repo_copy: Path) -> None:
     # Before any command runs (the copy has no scripts/make-base.sh: a run would fail differently).
+    _root(repo_copy)
     result = subprocess.run(
-        [sys.executable, "-m", "invoke", "base", "--mirror", "http://x/;id>/dev/stderr;#"],
+        [sys.executable, "-m", "invoke", "base", "--apt-from", "http://x/;id>/dev/stderr;#"],
         cwd=repo_copy,
         capture_output=True,
         text=True,
@@ -103,5 +96,5 @@ def test_invoke_base_refuses_a_bad_mirror_with_exit_2(repo_copy: Path) -> None:
         check=False,
     )
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "error: --mirror: the URL has ';' in its path" in result.stderr
+    assert "error: --apt-from: the URL has ';' in its path" in result.stderr
     assert "uid=" not in result.stdout + result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,224 @@
+"""The locked `.deb` files (generate/aptlock.py) on this host: fetched from where the user says (`--apt-from`), each
+checked against its SHA256 before anything uses it, gathered into a flat repository (Debian's dpkg-scanpackages)
+that a build installs from without network. Also `invoke apt-repo`: the locked files copied into a folder that
+serves as a mirror holding only them, for offline and air-gapped builds and for when the archive has moved on.
+
+Where the files come from (`Origin`):
+- `archive` (the default): the build's apt mirror (its mirror profile's, or this host's with `--mirror host`), else
+  Debian's own (deb.debian.org). The archive keeps only current versions: once a locked one is superseded it
+  disappears from there, and the build says so and names the two ways out below.
+- `snapshot`: Debian's snapshot archive (snapshot.debian.org) at the time the lock was resolved.
+- a folder made by `invoke apt-repo`, or the URL it is served at (any static web server).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlimages.core.errors import InputError, Problem
+from dlimages.core.files import write_atomic
+from dlimages.core.grammar import url_problem
+from dlimages.core.runner import Runner
+from dlimages.generate.aptlock import ARCH, ARCHIVES, CODENAME, AptLock, Deb
+
+PUBLIC = "http://deb.debian.org"  # Debian's own mirror network: /debian and /debian-security
+SNAPSHOT = "https://snapshot.debian.org/archive"  # /<archive>/<YYYYmmddTHHMMSSZ>/: the archive as it was then
+CACHE = Path(".work/apt/pool")  # verified files, by archive and pool path, kept between builds
+REPOS = Path(".work/apt/repo")  # flat repositories, one per lock
+ORIGIN_ALLOWED = "archive, snapshot, an http(s) URL or a folder made by `invoke apt-repo`"
+FETCH_THREADS = 8
+TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where the locked files come from: base URLs per archive, or a folder (`invoke apt-repo`'s layout)."""
+
+    kind: str  # "archive", "snapshot", "repository"
+    urls: Mapping[str, str] = field(default_factory=dict)  # archive name -> URL its pool is under
+    folder: Path | None = None
+
+    def describe(self) -> str:
+        if self.folder is not None:
+            return f"the local repository {self.folder}"
+        where = ", ".join(
+            dict.fromkeys(url.rsplit("/", 2)[0] if self.kind == "snapshot" else url for url in self.urls.values())
+        )
+        return {"archive": "the live archive", "snapshot": "Debian's snapshot archive"}.get(
+            self.kind, "the repository"
+        ) + f" ({where})"
+
+    @property
+    def key(self) -> str:
+        """Names this origin's cache: files fetched from one origin are never taken for another's, so a build from a
+        local repository really reads it (the proof that the archive is not needed)."""
+        where = str(self.folder) if self.folder is not None else repr(sorted(self.urls.items()))
+        return hashlib.sha256(where.encode()).hexdigest()[:12]
+
+    def location(self, deb: Deb) -> str:
+        if self.folder is not None:
+            return str(self.folder / deb.archive / deb.path)
+        return f"{self.urls[deb.archive].rstrip('/')}/{urllib.parse.quote(deb.path)}"
+
+
+@dataclass(frozen=True)
+class AptDebsSource:
+    """A lock and where its files come from."""
+
+    lock: AptLock
+    origin: Origin
+
+
+def origin(value: str | None, resolved: str, mirrors: Mapping[str, str | None] | None = None) -> Origin:
+    """The origin `--apt-from` names (InputError otherwise). `mirrors`: the build's apt mirror per archive
+    (None: Debian's own); `resolved`: the lock's time, for the snapshot."""
+    if value in (None, "", "archive"):
+        given = mirrors or {}
+        return Origin("archive", {name: given.get(name) or f"{PUBLIC}/{name}" for name in ARCHIVES})
+    assert value is not None
+    if value == "snapshot":
+        return Origin("snapshot", {name: f"{SNAPSHOT}/{name}/{resolved}" for name in ARCHIVES})
+    if "://" in value:
+        problem = url_problem(value)
+        if problem is not None:
+            raise InputError([Problem("--apt-from", f"the URL {problem}", ORIGIN_ALLOWED)])
+        return Origin("repository", {name: f"{value.rstrip('/')}/{name}" for name in ARCHIVES})
+    folder = Path(value).absolute()
+    if not folder.is_dir():
+        raise InputError(
+            [Problem("--apt-from", f"{value[:200]!r} is not a folder, URL or known origin", ORIGIN_ALLOWED)]
+        )
+    return Origin("repository", folder=folder)
+
+
+class FetchError(Exception):
+    """Locked files that could not be had, or did not match the lock: one line per package."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fetch_one(deb: Deb, source: Origin, cache: Path) -> str:
+    """Put the checked file into the cache; "" or what went wrong, naming the package."""
+    target = cache / deb.archive / deb.path
+    if target.is_file() and _sha256(target) == deb.sha256:
+        return ""
+    where = source.location(deb)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, staged = tempfile.mkstemp(dir=target.parent, prefix=".fetch-")
+    os.close(handle)
+    part = Path(staged)
+    try:
+        try:
+            if source.folder is not None:
+                shutil.copyfile(where, part)
+            else:
+                with urllib.request.urlopen(where, timeout=TIMEOUT_S) as response, part.open("wb") as out:  # noqa: S310 (http(s) only: url_problem, or ours)
+                    shutil.copyfileobj(response, out, 1 << 20)
+        except urllib.error.HTTPError as error:
+            gone = (
+                " (gone from there: build with `--apt-from snapshot`, or from a repository made by `invoke apt-repo`)"
+            )
+            return f"{deb.spec}: {where}: HTTP {error.code}{gone if error.code in (404, 410) else ''}"
+        except (OSError, urllib.error.URLError) as error:
+            return f"{deb.spec}: cannot read {where}: {getattr(error, 'reason', None) or error}"
+        part.chmod(0o644)  # apt reads the files as its own user inside the build
+        got = _sha256(part)
+        if got != deb.sha256:
+            return f"{deb.spec}: {where} has sha256 {got}, the lock says {deb.sha256}: refused"
+        os.replace(part, target)
+        return ""
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def fetch(debs: Sequence[Deb], source: Origin, root: Path) -> Path:
+    """Every file of `debs` in the cache under `root`, checked; FetchError naming each package that failed."""
+    cache = root / CACHE / source.key
+    with concurrent.futures.ThreadPoolExecutor(FETCH_THREADS) as pool:
+        failures = [problem for problem in pool.map(lambda d: _fetch_one(d, source, cache), debs) if problem]
+    if failures:
+        raise FetchError("\n".join(failures))
+    return cache
+
+
+def flat_repo(lock: AptLock, source: Origin, root: Path, runner: Runner) -> Path:
+    """A folder holding exactly the lock's files and their index (`Packages`, by dpkg-scanpackages), as a build
+    mounts it (`deb [trusted=yes] file:FOLDER ./`: every file was checked against the lock's hash here, and apt
+    checks it against the index). Made once per lock; FetchError when a file cannot be had or does not match."""
+    folder = root / repo_folder(lock, source)
+    if (folder / "Packages").is_file():
+        return folder
+    cache = fetch(lock.debs, source, root)
+    staging = Path(
+        tempfile.mkdtemp(dir=folder.parent if folder.parent.is_dir() else _made(folder.parent), prefix=".staging-")
+    )
+    try:
+        staging.chmod(0o755)
+        for deb in lock.debs:
+            os.link(cache / deb.archive / deb.path, staging / deb.filename)
+        _index(staging, runner)
+        os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def repo_folder(lock: AptLock, source: Origin) -> Path:
+    """Where flat_repo gathers `lock`'s files from `source`, relative to the repository root."""
+    return REPOS / f"{lock.digest().removeprefix('sha256:')[:16]}-{source.key}"
+
+
+def _made(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _index(folder: Path, runner: Runner) -> None:
+    done = runner(["dpkg-scanpackages", "--multiversion", "."], cwd=folder, timeout=300)
+    if not done.ok:
+        raise FetchError(f"dpkg-scanpackages failed (Debian's dpkg-dev package provides it): {done.last_line}")
+    write_atomic(folder / "Packages", done.out)
+    # A Release file naming the suite: mmdebstrap takes the essential packages of the suite it is given only.
+    index = done.out.encode()
+    release = (
+        f"Suite: {CODENAME}\nCodename: {CODENAME}\nDate: Sat, 01 Jan 2000 00:00:00 UTC\nArchitectures: {ARCH} all\n"
+        "SHA256:\n"
+        f" {hashlib.sha256(index).hexdigest()} {len(index)} Packages\n"
+    )
+    write_atomic(folder / "Release", release)
+
+
+def export(locks: Iterable[AptLock], source: Origin, folder: Path, root: Path, runner: Runner) -> int:
+    """`invoke apt-repo`: the locks' files in `folder` as FOLDER/<archive>/<pool path> (a mirror holding only
+    them, usable as `--apt-from FOLDER` or served as `--apt-from URL`), with a flat index at the top for apt
+    (`deb [trusted=yes] file:FOLDER ./`). Returns how many files it holds."""
+    debs = sorted({deb for lock in locks for deb in lock.debs})
+    cache = fetch(debs, source, root)
+    for deb in debs:
+        target = folder / deb.archive / deb.path
+        if not (target.is_file() and _sha256(target) == deb.sha256):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(cache / deb.archive / deb.path, target)
+    _index(folder, runner)
+    return len(debs)
+
+
+def mirrors_of(apt: str | None, apt_security: str | None) -> dict[str, str | None]:
+    """A build's mirror arguments as origin() takes them."""
+    return {"debian": apt, "debian-security": apt_security}
