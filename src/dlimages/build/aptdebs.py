@@ -51,12 +51,10 @@ class Origin:
     def describe(self) -> str:
         if self.folder is not None:
             return f"the local repository {self.folder}"
-        where = ", ".join(
-            dict.fromkeys(url.rsplit("/", 2)[0] if self.kind == "snapshot" else url for url in self.urls.values())
-        )
-        return {"archive": "the live archive", "snapshot": "Debian's snapshot archive"}.get(
-            self.kind, "the repository"
-        ) + f" ({where})"
+        if self.kind == "snapshot":
+            return f"Debian's snapshot archive at {next(iter(self.urls.values())).rsplit('/', 1)[-1]} ({SNAPSHOT})"
+        where = ", ".join(self.urls.values())
+        return f"{'the live archive' if self.kind == 'archive' else 'the repository'} ({where})"
 
     @property
     def key(self) -> str:

@@ -226,14 +226,8 @@ def plan_builds(
         if apt is not None:
             notes.append(f"OS packages: the {len(apt.lock.debs)} of its apt.lock, from {apt.origin.describe()}")
         elif root is not None and apt_from not in (None, "archive"):
-            raise InputError(
-                [
-                    Problem(
-                        "--apt-from",
-                        f"{cell.slug} has no apt.lock: its OS packages come from the archive",
-                        "leave --apt-from out for it",
-                    )
-                ]
+            notes.append(
+                "--apt-from does not apply: this cell has no apt.lock, its apt step installs what the archive serves"
             )
         plans.append(
             plan_build(

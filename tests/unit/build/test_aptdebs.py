@@ -75,7 +75,7 @@ def test_snapshot_is_debians_snapshot_archive_at_the_locks_time() -> None:
         "debian": f"{aptdebs.SNAPSHOT}/debian/{T0}",
         "debian-security": f"{aptdebs.SNAPSHOT}/debian-security/{T0}",
     }
-    assert snapshot.describe() == f"Debian's snapshot archive ({aptdebs.SNAPSHOT})"
+    assert snapshot.describe() == f"Debian's snapshot archive at {T0} ({aptdebs.SNAPSHOT})"
 
 
 def test_a_url_is_a_repository_holding_each_archive_under_it() -> None:
