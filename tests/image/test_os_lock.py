@@ -22,8 +22,10 @@ from urllib.parse import unquote
 import pytest
 from support import free_port, require_engine
 
+from dlimages.build.mirrors import NoDebianMirror, debian_mirrors
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.generate import aptlock
+from dlimages.generate.project import Project
 
 pytestmark = pytest.mark.integration
 
@@ -111,3 +113,23 @@ def test_a_deb_whose_hash_differs_from_its_lock_fails_the_build_naming_it_and_mo
     ]
     assert "Traceback" not in output
     assert RUNNER.image_id(CELL_IMAGE) == before  # nothing was built, so no tag moved
+
+
+def test_a_lock_on_a_pulled_base_resolves_on_the_packages_that_base_has() -> None:
+    # The path of the cells on ubuntu and nvidia/cuda bases (their base's own /var/lib/dpkg/status, read with
+    # `docker run`), tried here on the offline base, the one base this machine has: it must give exactly the
+    # apt.lock the Debian cells were resolved with together with the base.
+    require_engine(buildx=False)
+    status = RUNNER(["docker", "run", "--rm", "--entrypoint", "cat", BASE, "/var/lib/dpkg/status"])
+    assert status.ok, status.err
+    try:
+        main, security = debian_mirrors()
+    except NoDebianMirror:
+        main, security = aptlock.DEBIAN12.public["debian"], aptlock.DEBIAN12.public["debian-security"]
+    packages = sorted(Project(REPO).matrix.packages.apt)
+    lock = aptlock.resolve_on(
+        aptlock.DEBIAN12, packages, BASE, status.out, {"debian": main, "debian-security": security}, RUNNER
+    )
+    cell = aptlock.read(REPO / CELL / aptlock.APT_LOCK)
+    assert cell is not None
+    assert lock.debs == cell.debs

@@ -32,7 +32,7 @@ from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
 from dlimages.core.grammar import url_problem
 from dlimages.core.runner import Runner
-from dlimages.generate.aptlock import ARCH, ARCHIVES, CODENAME, AptLock, Deb
+from dlimages.generate.aptlock import ARCH, DEBIAN12, AptLock, Deb, Distro
 
 PUBLIC = "http://deb.debian.org"  # Debian's own mirror network: /debian and /debian-security
 SNAPSHOT = "https://snapshot.debian.org/archive"  # /<archive>/<YYYYmmddTHHMMSSZ>/: the archive as it was then
@@ -55,7 +55,10 @@ class Origin:
         if self.folder is not None:
             return f"the local repository {self.folder}"
         if self.kind == "snapshot":
-            return f"Debian's snapshot archive at {next(iter(self.urls.values())).rsplit('/', 1)[-1]} ({SNAPSHOT})"
+            first = next(iter(self.urls.values()))
+            root, when = first.rsplit("/", 2)[0], first.rsplit("/", 1)[-1]
+            whose = "Debian's" if root == SNAPSHOT else "Ubuntu's"
+            return f"{whose} snapshot archive at {when} ({root})"
         where = ", ".join(self.urls.values())
         return f"{'the live archive' if self.kind == 'archive' else 'the repository'} ({where})"
 
@@ -80,20 +83,23 @@ class AptDebsSource:
     origin: Origin
 
 
-def origin(value: str | None, resolved: str, mirrors: Mapping[str, str | None] | None = None) -> Origin:
-    """The origin `--apt-from` names (InputError otherwise). `mirrors`: the build's apt mirror per archive
-    (None: Debian's own); `resolved`: the lock's time, for the snapshot."""
+def origin(
+    value: str | None, resolved: str, mirrors: Mapping[str, str | None] | None = None, distro: Distro = DEBIAN12
+) -> Origin:
+    """The origin `--apt-from` names (InputError otherwise). `mirrors`: the build's apt mirror per archive of
+    `distro` (None: the distribution's own); `resolved`: the lock's time, for the snapshot."""
+    names = distro.archives
     if value in (None, "", "archive"):
         given = mirrors or {}
-        return Origin("archive", {name: given.get(name) or f"{PUBLIC}/{name}" for name in ARCHIVES})
+        return Origin("archive", {name: given.get(name) or distro.public[name] for name in names})
     assert value is not None
     if value == "snapshot":
-        return Origin("snapshot", {name: f"{SNAPSHOT}/{name}/{resolved}" for name in ARCHIVES})
+        return Origin("snapshot", {name: distro.snapshot.format(archive=name, time=resolved) for name in names})
     if "://" in value:
         problem = url_problem(value)
         if problem is not None:
             raise InputError([Problem("--apt-from", f"the URL {problem}", ORIGIN_ALLOWED)])
-        return Origin("repository", {name: f"{value.rstrip('/')}/{name}" for name in ARCHIVES})
+        return Origin("repository", {name: f"{value.rstrip('/')}/{name}" for name in names})
     folder = Path(value).absolute()
     if not folder.is_dir():
         raise InputError(
@@ -210,7 +216,7 @@ def flat_repo(lock: AptLock, source: Origin, root: Path, runner: Runner) -> Path
         staging.chmod(0o755)
         for deb in lock.debs:
             os.link(cache / deb.archive / deb.path, staging / deb.filename)
-        _index(staging, runner)
+        _index(staging, runner, lock.codename)
         os.replace(staging, folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -227,7 +233,7 @@ def _made(folder: Path) -> Path:
     return folder
 
 
-def _index(folder: Path, runner: Runner) -> None:
+def _index(folder: Path, runner: Runner, codename: str = DEBIAN12.codename) -> None:
     done = runner(["dpkg-scanpackages", "--multiversion", "."], cwd=folder, timeout=300)
     if not done.ok:
         raise FetchError(f"dpkg-scanpackages failed (Debian's dpkg-dev package provides it): {done.last_line}")
@@ -235,28 +241,30 @@ def _index(folder: Path, runner: Runner) -> None:
     # A Release file naming the suite: mmdebstrap takes the essential packages of the suite it is given only.
     index = done.out.encode()
     release = (
-        f"Suite: {CODENAME}\nCodename: {CODENAME}\nDate: Sat, 01 Jan 2000 00:00:00 UTC\nArchitectures: {ARCH} all\n"
+        f"Suite: {codename}\nCodename: {codename}\nDate: Sat, 01 Jan 2000 00:00:00 UTC\nArchitectures: {ARCH} all\n"
         "SHA256:\n"
         f" {hashlib.sha256(index).hexdigest()} {len(index)} Packages\n"
     )
     write_atomic(folder / "Release", release)
 
 
-def export(locks: Iterable[AptLock], source: Origin, folder: Path, root: Path, runner: Runner) -> int:
-    """`invoke apt-repo`: the locks' files in `folder` as FOLDER/<archive>/<pool path> (a mirror holding only
-    them, usable as `--apt-from FOLDER` or served as `--apt-from URL`), with a flat index at the top for apt
-    (`deb [trusted=yes] file:FOLDER ./`). Returns how many files it holds."""
-    debs = sorted({deb for lock in locks for deb in lock.debs})
-    cache = fetch(debs, source, root)
-    for deb in debs:
-        target = folder / deb.archive / deb.path
-        if not (target.is_file() and _sha256(target) == deb.sha256):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(cache / deb.archive / deb.path, target)
+def export(sources: Iterable[AptDebsSource], folder: Path, root: Path, runner: Runner) -> int:
+    """`invoke apt-repo`: the locks' files, each from its lock's origin, in `folder` as FOLDER/<archive>/<pool path>
+    (a mirror holding only them, usable as `--apt-from FOLDER` or served as `--apt-from URL`), with a flat index at
+    the top for apt (`deb [trusted=yes] file:FOLDER ./`). Returns how many files it holds."""
+    copied: set[Deb] = set()
+    for source in sources:
+        cache = fetch(source.lock.debs, source.origin, root)
+        for deb in source.lock.debs:
+            target = folder / deb.archive / deb.path
+            if not (target.is_file() and _sha256(target) == deb.sha256):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(cache / deb.archive / deb.path, target)
+            copied.add(deb)
     _index(folder, runner)
-    return len(debs)
+    return len(copied)
 
 
-def mirrors_of(apt: str | None, apt_security: str | None) -> dict[str, str | None]:
+def mirrors_of(apt: str | None, apt_security: str | None, distro: Distro = DEBIAN12) -> dict[str, str | None]:
     """A build's mirror arguments as origin() takes them."""
-    return {"debian": apt, "debian-security": apt_security}
+    return {"debian": apt, "debian-security": apt_security} if distro.os == "debian12" else {"ubuntu": apt}

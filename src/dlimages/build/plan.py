@@ -251,8 +251,9 @@ def apt_debs(root: Path, cell: Cell, mirror: MirrorArgs, apt_from: str | None) -
     lock = aptlock.read(root / IMAGES_DIR / cell.framework / cell.slug / aptlock.APT_LOCK)
     if lock is None:
         return None
-    mirrors = aptdebs.mirrors_of(mirror.apt, mirror.apt_security)
-    return AptDebs(lock, aptdebs.origin(apt_from, lock.resolved, mirrors))
+    distro = aptlock.Distro.of(cell.os, cell.os_family, cell.os_codename)
+    mirrors = aptdebs.mirrors_of(mirror.apt, mirror.apt_security, distro)
+    return AptDebs(lock, aptdebs.origin(apt_from, lock.resolved, mirrors, distro))
 
 
 def source_date_epoch(root: Path, cell: Cell, runner: Runner) -> int:

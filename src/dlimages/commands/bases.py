@@ -120,8 +120,14 @@ def apt_repo(project: Project, *, to: str, apt_from: str | None = None) -> str:
     source = base_lock(project.root, apt_from)
     paths = [lock_files.cell_dir(project.root, cell) / aptlock.APT_LOCK for cell in project.expansion.cells]
     locks = {lock.digest(): lock for lock in [source.lock, *filter(None, map(aptlock.read, paths))]}
+    sources = [source]
+    for lock in locks.values():
+        distro = aptlock.distro_of(lock)
+        mirrors = source.origin.urls if distro == aptlock.DEBIAN12 else None  # the host's Debian mirror
+        if lock is not source.lock:
+            sources.append(aptdebs.AptDebsSource(lock, aptdebs.origin(apt_from, lock.resolved, mirrors, distro)))
     try:
-        count = aptdebs.export(locks.values(), source.origin, folder.absolute(), project.root, RUNNER)
+        count = aptdebs.export(sources, folder.absolute(), project.root, RUNNER)
     except aptdebs.FetchError as error:
         raise Failed(f"error: {error}", code=1) from None
     return (

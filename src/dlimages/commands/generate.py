@@ -6,7 +6,6 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from dlimages.build import aptdebs
 from dlimages.build.mirrors import NoDebianMirror, debian_mirrors
 from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, note
@@ -14,7 +13,7 @@ from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
-from dlimages.generate import aptlock, lockproof
+from dlimages.generate import aptlock, baselock, lockproof
 from dlimages.generate import lock as lock_files
 from dlimages.generate.changes import changed_since
 from dlimages.generate.project import Project
@@ -81,11 +80,14 @@ def lock(
         problems += _os_lock_problems(project)
         if problems:
             raise Failed(InputError(problems, heading="Locks do not match matrix.yaml:").report(), code=1)
-        others = len(project.expansion.cells) - len(_os_cells(project))
+        pulled = [cell for cell in project.expansion.cells if not cell.bootstrap_base]
+        locked = sum((lock_files.cell_dir(project.root, cell) / aptlock.APT_LOCK).is_file() for cell in pulled)
         return lock_files.summary(project.root, project.expansion.cells, pip) + (
             f"\nOS packages: {aptlock.BASE_APT_LOCK} and the apt.lock of the {len(_os_cells(project))} cells on that "
-            f"base up to date; the {others} cells on Ubuntu and nvidia/cuda bases install what their archive serves "
-            "on the day of the build (their apt steps are not locked yet)."
+            f"base up to date; of the {len(pulled)} cells on ubuntu and nvidia/cuda bases, {locked} have an apt.lock "
+            "(up to date), the others install what their archive serves on the day of the build (their base has no "
+            f"digest recorded: `{usage.BASES_LOCK}`, then `{usage.LOCK} --upgrade-apt`, where its registry is "
+            "reachable)."
         )
     results = (
         []
@@ -117,13 +119,16 @@ def _lock_os(project: Project, *, upgrade: bool) -> list[str]:
     try:
         main, security = debian_mirrors()
     except NoDebianMirror:
-        main, security = f"{aptdebs.PUBLIC}/debian", f"{aptdebs.PUBLIC}/debian-security"
+        main, security = aptlock.DEBIAN12.public["debian"], aptlock.DEBIAN12.public["debian-security"]
     urls = {"debian": main, "debian-security": security}
     packages = sorted(project.matrix.packages.apt)
+    recorded = baselock.BaseLock.load(project.root / baselock.LOCK_FILE)
     try:
-        return aptlock.lock_os(project.root, _os_cells(project), packages, urls, RUNNER, upgrade=upgrade)
+        lines = aptlock.lock_os(project.root, _os_cells(project), packages, urls, RUNNER, upgrade=upgrade)
     except aptlock.ResolveError as error:
         raise Failed(f"error: the OS package locks: {error}", code=1) from None
+    cells = project.expansion.cells
+    return lines + aptlock.lock_pulled(project.root, cells, packages, recorded, RUNNER, upgrade=upgrade)
 
 
 def _os_lock_problems(project: Project) -> list[Problem]:
@@ -137,7 +142,8 @@ def _os_lock_problems(project: Project) -> list[Problem]:
         why = aptlock.stale(project.root, path, wanted)
         if why:
             problems.append(Problem(str(path.relative_to(project.root)), f"the OS package lock is {why}; {run}"))
-    return problems
+    recorded = baselock.BaseLock.load(project.root / baselock.LOCK_FILE)
+    return problems + aptlock.pulled_problems(project.root, project.expansion.cells, packages, recorded)
 
 
 def _prove(project: Project, chosen: Sequence[Cell]) -> str:

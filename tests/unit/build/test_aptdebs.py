@@ -361,7 +361,8 @@ def test_apt_repo_copies_every_locked_file_once_into_a_mirror_layout_with_an_ind
     a, b, c = (real_debs[name][0] for name in ("hello-a", "hello-b", "hello-c"))
     source = repository(tmp_path, real_debs)
     out = tmp_path / "out"
-    assert aptdebs.export([lock_of(a, b), lock_of(b, c), lock_of(a)], source, out, tmp_path / "root", Runner()) == 3
+    sources = [aptdebs.AptDebsSource(lock, source) for lock in (lock_of(a, b), lock_of(b, c), lock_of(a))]
+    assert aptdebs.export(sources, out, tmp_path / "root", Runner()) == 3
     for deb, data in real_debs.values():
         assert (out / deb.archive / deb.path).read_bytes() == data
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*.deb")) == sorted(
