@@ -13,7 +13,7 @@ from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
-from dlimages.generate import aptlock, baselock, lockproof
+from dlimages.generate import aptlock, aptpulled, baselock, lockproof
 from dlimages.generate import lock as lock_files
 from dlimages.generate.changes import changed_since
 from dlimages.generate.project import Project
@@ -128,7 +128,7 @@ def _lock_os(project: Project, *, upgrade: bool) -> list[str]:
     except aptlock.ResolveError as error:
         raise Failed(f"error: the OS package locks: {error}", code=1) from None
     cells = project.expansion.cells
-    return lines + aptlock.lock_pulled(project.root, cells, packages, recorded, RUNNER, upgrade=upgrade)
+    return lines + aptpulled.lock_pulled(project.root, cells, packages, recorded, RUNNER, upgrade=upgrade)
 
 
 def _os_lock_problems(project: Project) -> list[Problem]:
@@ -143,7 +143,7 @@ def _os_lock_problems(project: Project) -> list[Problem]:
         if why:
             problems.append(Problem(str(path.relative_to(project.root)), f"the OS package lock is {why}; {run}"))
     recorded = baselock.BaseLock.load(project.root / baselock.LOCK_FILE)
-    return problems + aptlock.pulled_problems(project.root, project.expansion.cells, packages, recorded)
+    return problems + aptpulled.pulled_problems(project.root, project.expansion.cells, packages, recorded)
 
 
 def _prove(project: Project, chosen: Sequence[Cell]) -> str:

@@ -18,7 +18,7 @@ import re
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +26,6 @@ from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
 from dlimages.core.runner import Runner
-from dlimages.generate.baselock import BaseLock
-from dlimages.generate.lock import cell_dir
-from dlimages.model.cells import Cell
 
 APT_LOCK = "apt.lock"  # beside a cell's Dockerfile: what its apt step installs on the base
 BASE_APT_LOCK = "images/base-debian12.apt.lock"  # the offline base's packages, for scripts/make-base.sh
@@ -291,14 +288,19 @@ def minbase(lists: Path) -> list[str]:
     return sorted(names)
 
 
+def _env(config: Path) -> dict[str, str]:
+    return {"APT_CONFIG": str(config), "LC_ALL": "C", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+
+
 def _debs(config: Path, names: Sequence[str], urls: Mapping[str, str], runner: Runner) -> list[Deb]:
-    env = {"APT_CONFIG": str(config), "LC_ALL": "C", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    env = _env(config)
     simulated = runner(["apt-get", "install", "-s", "-qq", *names], env=env, timeout=RESOLVE_TIMEOUT_S)
     uris = runner(["apt-get", "install", "--print-uris", "-qq", *names], env=env, timeout=RESOLVE_TIMEOUT_S)
     for done in (simulated, uris):
         if not done.ok:
             raise ResolveError(f"apt-get could not resolve {', '.join(names)}: {done.err.strip() or done.last_line}")
-    versions = dict(re.findall(r"^Inst (\S+) \((\S+) ", simulated.out, re.MULTILINE))
+    # `Inst NAME (VERSION ...)`, or `Inst NAME [INSTALLED] (VERSION ...)` for an upgrade of a base's package
+    versions = dict(re.findall(r"^Inst (\S+) (?:\[\S+\] )?\((\S+) ", simulated.out, re.MULTILINE))
     debs: list[Deb] = []
     for url, filename, size, sha in re.findall(
         r"^'(\S+)' (\S+) ([0-9]+) SHA256:([0-9a-f]{64})$", uris.out, re.MULTILINE
@@ -320,8 +322,7 @@ def _updated(scratch: Path, urls: Mapping[str, str], distro: Distro, status: str
     """apt's private configuration in `scratch`, its lists read from the archives (ResolveError when apt cannot
     check them against the keyring, or reach them)."""
     config = _config(scratch, urls, distro, status)
-    env = {"APT_CONFIG": str(config), "LC_ALL": "C", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    update = runner(["apt-get", "update", "-qq"], env=env, timeout=RESOLVE_TIMEOUT_S)
+    update = runner(["apt-get", "update", "-qq"], env=_env(config), timeout=RESOLVE_TIMEOUT_S)
     if not update.ok or "W: " in update.err or "E: " in update.err:
         raise ResolveError(f"apt-get update could not read the signed indexes: {(update.err or update.out).strip()}")
     return config
@@ -428,73 +429,3 @@ def lock_os(
             lines += [f"cells' apt.lock ({len(cells)} cells):", *(f"  {m}" for m in moved(old, want))]
             shown = True
     return lines
-
-
-# --- cells on pulled bases (ubuntu, nvidia/cuda) ------------------------------------------------------------------
-
-
-def _pulled(
-    root: Path, cells: Iterable[Cell], recorded: BaseLock
-) -> tuple[dict[tuple[str, str], list[Cell]], set[str]]:
-    """The cells on pulled bases, grouped by (OS, base by digest), and the bases without a recorded digest: a lock
-    on top of a base means something only for that very base."""
-    groups: dict[tuple[str, str], list[Cell]] = {}
-    unpinned: set[str] = set()
-    for cell in cells:
-        if cell.bootstrap_base:
-            continue
-        ref = recorded.pinned(cell.base_image)
-        if ref is None:
-            unpinned.add(cell.base_image)
-        else:
-            groups.setdefault((cell.os, ref), []).append(cell)
-    return groups, unpinned
-
-
-def lock_pulled(
-    root: Path, cells: Iterable[Cell], packages: Sequence[str], recorded: BaseLock, runner: Runner, *, upgrade: bool
-) -> list[str]:
-    """Resolve and write the apt.lock of the cells on pulled bases recorded by digest, from their distribution's
-    archive, on the packages the base has installed (its /var/lib/dpkg/status, read with `docker run`): when one
-    is missing or stale, or with `upgrade`. A base that cannot be read or resolved is said, the others go on."""
-    groups, unpinned = _pulled(root, cells, recorded)
-    lines = [f"apt not locked on {len(unpinned)} pulled bases with no digest recorded (`{usage.BASES_LOCK}` first)"]
-    lines = lines if unpinned else []
-    for (os, ref), members in groups.items():
-        folders = [cell_dir(root, cell) / APT_LOCK for cell in members]
-        if not upgrade and not any(stale(root, path, packages, (os, ref)) for path in folders):
-            continue
-        first = members[0]
-        distro = Distro.of(first.os, first.os_family, first.os_codename)
-        done = runner(["docker", "run", "--rm", "--entrypoint", "cat", ref, "/var/lib/dpkg/status"], timeout=1800)
-        if not done.ok:
-            lines.append(f"NOT locked, the cells on {ref}: cannot read its installed packages: {done.last_line}")
-            continue
-        try:
-            lock = resolve_on(distro, packages, ref, done.out, dict(distro.public), runner)
-        except ResolveError as error:
-            lines.append(f"NOT locked, the cells on {ref}: {error}")
-            continue
-        for path in folders:
-            old = read(path)
-            if old is None or (old.debs, old.input, old.base) != (lock.debs, lock.input, lock.base):
-                write(path, lock)
-        lines.append(f"{ref}: {len(lock.debs)} packages, for {len(folders)} cells")
-    return lines
-
-
-def pulled_problems(root: Path, cells: Iterable[Cell], packages: Sequence[str], recorded: BaseLock) -> list[Problem]:
-    """`lock --check` on the cells on pulled bases: a recorded base whose cells' apt.lock is missing or stale."""
-    groups, _ = _pulled(root, cells, recorded)
-    problems = []
-    for (os, ref), members in groups.items():
-        for cell in members:
-            path = cell_dir(root, cell) / APT_LOCK
-            why = stale(root, path, packages, (os, ref))
-            if why:
-                problems.append(
-                    Problem(
-                        str(path.relative_to(root)), f"the OS package lock is {why}; run `{usage.LOCK} --upgrade-apt`"
-                    )
-                )
-    return problems

@@ -14,7 +14,7 @@ import pytest
 
 from dlimages.build import aptdebs
 from dlimages.core.runner import Runner
-from dlimages.generate import aptlock
+from dlimages.generate import aptlock, aptpulled
 from dlimages.generate.aptlock import APT_LOCK, AptLock, Deb, Distro
 from dlimages.generate.baselock import BaseLock
 from dlimages.generate.lock import cell_dir
@@ -31,7 +31,7 @@ def deb(name: str, version: str, archive: str = "ubuntu") -> Deb:
     return Deb(name, version, archive, path, 100, hashlib.sha256(name.encode()).hexdigest())
 
 
-DEBS = (deb("curl", "7.81.0-1ubuntu1.20"), deb("zsh", "5.8.1-1"))
+DEBS = (deb("curl", "7.81.0-1ubuntu1.20"), deb("libc6", "2.35-0ubuntu3.9"), deb("zsh", "5.8.1-1"))
 
 
 class FakeTools:
@@ -55,7 +55,12 @@ class FakeTools:
             self.sources_seen.append((config.parent / "sources/archive.sources").read_text())
             return subprocess.CompletedProcess(argv, 0, "", "")
         if "-s" in argv:
-            out = "".join(f"Inst {d.name} ({d.version} Ubuntu:22.04/jammy-updates [amd64])\n" for d in DEBS)
+            # libc6 is the base's, upgraded: apt names the installed version in brackets
+            out = "".join(
+                f"Inst {d.name} {'[2.35-0ubuntu3.8] ' if d.name == 'libc6' else ''}"
+                f"({d.version} Ubuntu:22.04/jammy-updates [amd64])\n"
+                for d in DEBS
+            )
         else:
             out = "".join(
                 f"'http://archive.ubuntu.com/ubuntu/{d.path}' {d.filename} {d.size} SHA256:{d.sha256}\n" for d in DEBS
@@ -87,28 +92,28 @@ def test_an_ubuntu_release_resolves_from_its_archive_with_its_keyring_and_every_
 def test_only_cells_on_a_base_recorded_by_digest_are_locked(tmp_path: Path, real_expansion: Any) -> None:
     tools = FakeTools()
     chosen = cells(real_expansion)
-    unpinned = aptlock.lock_pulled(tmp_path, chosen, PACKAGES, BaseLock({}), Runner(run=tools), upgrade=False)
+    unpinned = aptpulled.lock_pulled(tmp_path, chosen, PACKAGES, BaseLock({}), Runner(run=tools), upgrade=False)
     assert unpinned == ["apt not locked on 1 pulled bases with no digest recorded (`invoke bases --lock` first)"]
     assert tools.calls == []
     recorded = BaseLock({JAMMY: DIGEST})
-    lines = aptlock.lock_pulled(tmp_path, chosen, PACKAGES, recorded, Runner(run=tools), upgrade=False)
-    assert lines == [f"{JAMMY}@{DIGEST}: 2 packages, for {len(chosen)} cells"]
+    lines = aptpulled.lock_pulled(tmp_path, chosen, PACKAGES, recorded, Runner(run=tools), upgrade=False)
+    assert lines == [f"{JAMMY}@{DIGEST}: 3 packages, for {len(chosen)} cells"]
     ref = f"{JAMMY}@{DIGEST}"
     assert tools.calls[0] == ["docker", "run", "--rm", "--entrypoint", "cat", ref, "/var/lib/dpkg/status"]
     for cell in chosen:
         assert aptlock.stale(tmp_path, cell_dir(tmp_path, cell) / APT_LOCK, PACKAGES, ("ubuntu22.04", ref)) == ""
-    assert aptlock.pulled_problems(tmp_path, chosen, PACKAGES, recorded) == []
+    assert aptpulled.pulled_problems(tmp_path, chosen, PACKAGES, recorded) == []
     # up to date: the base is not even read again
     calls = len(tools.calls)
-    assert aptlock.lock_pulled(tmp_path, chosen, PACKAGES, recorded, Runner(run=tools), upgrade=False) == []
+    assert aptpulled.lock_pulled(tmp_path, chosen, PACKAGES, recorded, Runner(run=tools), upgrade=False) == []
     assert len(tools.calls) == calls
 
 
 def test_a_base_recorded_anew_makes_its_cells_locks_stale(tmp_path: Path, real_expansion: Any) -> None:
     chosen = cells(real_expansion)
-    aptlock.lock_pulled(tmp_path, chosen, PACKAGES, BaseLock({JAMMY: DIGEST}), Runner(run=FakeTools()), upgrade=False)
+    aptpulled.lock_pulled(tmp_path, chosen, PACKAGES, BaseLock({JAMMY: DIGEST}), Runner(run=FakeTools()), upgrade=False)
     moved = BaseLock({JAMMY: "sha256:" + "c" * 64})
-    problems = aptlock.pulled_problems(tmp_path, chosen, PACKAGES, moved)
+    problems = aptpulled.pulled_problems(tmp_path, chosen, PACKAGES, moved)
     assert len(problems) == len(chosen)
     assert f"the OS package lock is resolved on another base than {JAMMY}@sha256:ccc" in problems[0].message
     assert problems[0].message.endswith("run `invoke lock --upgrade-apt`")
@@ -116,7 +121,7 @@ def test_a_base_recorded_anew_makes_its_cells_locks_stale(tmp_path: Path, real_e
 
 def test_a_base_that_cannot_be_read_is_said_and_writes_nothing(tmp_path: Path, real_expansion: Any) -> None:
     chosen = cells(real_expansion)
-    lines = aptlock.lock_pulled(
+    lines = aptpulled.lock_pulled(
         tmp_path, chosen, PACKAGES, BaseLock({JAMMY: DIGEST}), Runner(run=FakeTools(docker_fails=True)), upgrade=True
     )
     assert lines == [
