@@ -8,6 +8,7 @@ PyTorch through upstream defaults (`--mirror none`), so both mirror paths are ex
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +20,12 @@ BUILDS = (
     "--cuda 11.8 --tf 2.14 --python 3.11 --mirror host",
 )
 # The proof: one more cold build of the PyTorch cell must give the very image the first build made. The first builds
-# take the OS packages from the live archive; the base is then made again, and the cell built again, from a local
-# repository that holds only the locked .deb files (`invoke apt-repo`): the same image ID proves that the archive's
-# state does not enter the image.
+# take the OS packages from the live archive; the base is then made again, and the cell built again, from a
+# repository on 127.0.0.1 that holds only the locked .deb files (`invoke apt-repo`, served by Python's http.server
+# for the one step): the same image ID proves that the archive's state does not enter the image.
 PYTORCH_IMAGE = "lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"  # what BUILDS[0] tags
 APT_REPO = ".work/ci-apt-repo"
+APT_REPO_PORT = 5056
 REPRO = f"{BUILDS[0]} --against {PYTORCH_IMAGE}"
 # Free space `invoke ci` needs on the file system of its engine's data root: the largest drop measured over a whole
 # run from an empty build cache was 24 GB (docs/notes/measurements.md); a lock proof takes up to 10 GB while it runs
@@ -86,15 +88,24 @@ def end_to_end(root: Path, engine: Path) -> list[Step]:
         Step("checks", usage.CHECK),
         *(Step(f"build {flags}", f"{usage.BUILD} {flags}") for flags in BUILDS),
         Step("the locked OS packages into a local repository", f"{usage.APT_REPO} --to {_q(root / APT_REPO)}"),
-        Step("the base from that repository alone", f"{usage.BASE} --apt-from {_q(root / APT_REPO)}"),
-        Step(
-            "repro (PyTorch cell, its OS packages from that repository)",
-            f"{usage.REPRO} {REPRO} --apt-from {_q(root / APT_REPO)}",
-        ),
+        Step("the base, then repro (PyTorch cell), from that repository on 127.0.0.1", _served(root)),
         Step("registry", f"bash {_q(root / '.ci/registry.sh')} start {REGISTRY_NAME} {REGISTRY_PORT}"),
         Step("push", f"{usage.PUSH} --registry {registry} --report {_q(root / REPORT)}"),
         Step("as an unprivileged user", f"bash {_q(root / '.ci/as-user.sh')} {registry} {PYTORCH_IMAGE} {BUILDS[0]}"),
     ]
+
+
+def _served(root: Path) -> str:
+    """The base and the repro build with their OS packages from the CI repository, served on 127.0.0.1 for as long as
+    they run (the server is stopped however they end)."""
+    url = f"http://127.0.0.1:{APT_REPO_PORT}"
+    folder = _q(root / APT_REPO)
+    serve = f"{shlex.quote(sys.executable)} -m http.server --bind 127.0.0.1 --directory {folder} {APT_REPO_PORT}"
+    return (
+        f"{serve} >/dev/null 2>&1 & server=$!; trap 'kill $server' EXIT; "
+        f"for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/{APT_REPO_PORT}) 2>/dev/null && break; sleep 0.2; done; "
+        f"{usage.BASE} --apt-from {url} && {usage.REPRO} {REPRO} --apt-from {url}"
+    )
 
 
 def cleanup(root: Path, engine: Path) -> list[Step]:

@@ -46,9 +46,21 @@ def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() 
     push = next(i for i, command in enumerate(steps) if command.startswith("invoke push "))
     assert len(builds) == len(ci.BUILDS) and disk < min(builds) and max(builds) < push
     # The proof of reproducibility rebuilds the PyTorch cell cold and compares it with the image CI built first.
-    [repro] = [i for i, command in enumerate(steps) if command.startswith("invoke repro ")]
+    [repro] = [i for i, command in enumerate(steps) if "invoke repro " in command]
     assert max(builds) < repro and "--against lab/pytorch-universal-dev:" in steps[repro]
     assert steps[builds[0]].removeprefix("invoke build ") in steps[repro]
+    # ... and the base before it, both with their OS packages from the repository of the locked files alone, which
+    # apt-repo fills after the builds (from the live archive), served on 127.0.0.1 for that step only.
+    [filled] = [i for i, command in enumerate(steps) if command.startswith("invoke apt-repo --to ")]
+    assert max(builds) < filled < repro
+    url = f"http://127.0.0.1:{ci.APT_REPO_PORT}"
+    served = steps[repro]
+    assert "-m http.server --bind 127.0.0.1" in served and "trap 'kill $server' EXIT" in served
+    assert (
+        served.index(f"invoke base --apt-from {url} &&")
+        < served.index("invoke repro ")
+        < served.index(f"--apt-from {url}", served.index("invoke repro "))
+    )
     # Then the user's commands again as an unprivileged member of the docker group, after the push they compare with.
     [as_user] = [i for i, command in enumerate(steps) if ".ci/as-user.sh" in command]
     assert as_user > push and ci.PYTORCH_IMAGE in steps[as_user]
