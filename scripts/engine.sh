@@ -37,8 +37,9 @@ readonly OWN_MARK=.dlimages-engine
 readonly TRIXIE_SOURCES=/etc/apt/sources.list.d/dlimages-trixie.sources
 readonly TRIXIE_PIN=/etc/apt/preferences.d/dlimages-trixie
 # bookworm ships no buildx; trixie's is a static Go binary that depends on libc6 only.
-# skopeo: `invoke bases` and `bases.mirror`; mmdebstrap: `invoke base` (the offline Debian base).
-readonly PACKAGES=(containerd runc iptables tini skopeo mmdebstrap)
+# skopeo: `invoke bases` and `bases.mirror`; mmdebstrap: `invoke base` (the offline Debian base); dpkg-dev:
+# dpkg-scanpackages, which indexes the locked .deb files a build installs from.
+readonly PACKAGES=(containerd runc iptables tini skopeo mmdebstrap dpkg-dev)
 # --fixtures: docker-registry, apache2-utils (htpasswd), openssl: the tests' local registries (.ci/registry.sh);
 # chromium, chromium-driver: the image tests' browser (tests/image/test_browser.py); fonts-dejavu-core: text in its
 # screenshots (installed without recommends, Chromium brings no font of its own).

@@ -125,7 +125,8 @@ def test_the_engine_script_run_by_hand_outside_the_projects_python_finds_the_mir
 
 @pytest.mark.parametrize("fixtures", [0, 1])
 def test_the_engine_script_installs_the_test_fixtures_only_when_asked(fixtures: int) -> None:
-    """A user's first build needs the engine, buildx, skopeo and mmdebstrap; a registry and a browser are the tests'."""
+    """A user's first build needs the engine, buildx, skopeo, mmdebstrap and dpkg-dev (dpkg-scanpackages); a registry
+    and a browser are the tests'."""
     script = Path(__file__).resolve().parents[3] / ENGINE_SCRIPT
     done = subprocess.run(
         ["bash", "-c", f'source "$1" && FIXTURES={fixtures} && wanted_packages', "bash", str(script)],
@@ -134,7 +135,7 @@ def test_the_engine_script_installs_the_test_fixtures_only_when_asked(fixtures: 
         check=True,
     )
     wanted = {line.split("=")[0] for line in done.stdout.split()}
-    assert {"docker.io", "docker-cli", "docker-buildx", "skopeo", "mmdebstrap"} <= wanted
+    assert {"docker.io", "docker-cli", "docker-buildx", "skopeo", "mmdebstrap", "dpkg-dev"} <= wanted
     fixtures_wanted = wanted & {"docker-registry", "apache2-utils", "chromium", "chromium-driver"}
     assert fixtures_wanted == (
         {"docker-registry", "apache2-utils", "chromium", "chromium-driver"} if fixtures else set()
