@@ -26,7 +26,9 @@ if ! id "$USER_NAME" >/dev/null 2>&1; then
     useradd --create-home --groups docker --shell /bin/bash "$USER_NAME"
     created=1
 fi
-cleanup() { ((created)) && userdel --remove "$USER_NAME" 2>/dev/null; true; }
+# The user goes, and with it what its tests left in /tmp (pytest's folder, owned by its uid, which a later user
+# would be given).
+cleanup() { ((created)) && { userdel --remove "$USER_NAME" 2>/dev/null; rm -rf "/tmp/pytest-of-$USER_NAME"; }; true; }
 trap cleanup EXIT
 id -nG "$USER_NAME" | grep -qw docker || die "$USER_NAME is not in the docker group"
 home="$(getent passwd "$USER_NAME" | cut -d: -f6)"

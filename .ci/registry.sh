@@ -152,6 +152,7 @@ stop() {
         rm -rf "/etc/docker/certs.d/127.0.0.1:$port"
     fi
     rm -rf "$dir"
+    rmdir "$STATE_ROOT" 2>/dev/null || true # the last registry's stop leaves no empty folder behind
     log "'$name' state removed"
 }
 
