@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 from support import require_engine
 
+from dlimages.build import aptdebs
 from dlimages.build.advice import MIRROR_BASES, Remedies
 from dlimages.build.builder import TABLE_WIDTH, BuildResult, run_build, summary_table
 from dlimages.build.mirrors import MirrorArgs
-from dlimages.build.plan import Secrets, plan_build
+from dlimages.build.plan import Secrets, apt_debs, plan_build
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.generate.project import Project
 from dlimages.model.cells import Cell
@@ -58,7 +59,11 @@ def remedies(project: Project) -> Remedies:
 def build(
     cell: Cell, mirror: MirrorArgs, workdir: Path, remedies: Remedies, base_image: str | None = None
 ) -> BuildResult:
-    plan = plan_build(cell, mirror, Secrets(), base_image=base_image, iidfile=workdir / f"{cell.slug}.iid")
+    apt = apt_debs(REPO, cell, mirror, None)  # the cell's locked OS packages, as `invoke build` hands them in
+    if apt is not None:
+        aptdebs.flat_repo(apt.lock, apt.origin, REPO, RUNNER)
+    iidfile = workdir / f"{cell.slug}.iid"
+    plan = plan_build(cell, mirror, Secrets(), base_image=base_image, iidfile=iidfile, apt=apt)
     out = io.StringIO()
     result = run_build(plan, REPO, out, remedies=remedies)
     assert not result.ok, out.getvalue()[-3000:]
