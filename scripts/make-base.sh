@@ -16,7 +16,7 @@
 #
 # mmdebstrap installs from that repository alone, so nothing but the locked packages can enter, and the result
 # does not depend on the day or the mirror: the same lock gives the same tarball and image ID on every machine.
-# The image's own apt sources (deb822, as in the official debian image) name Debian's own mirror network; a mirror
+# The image's own apt sources (deb822, as in the official debian image) name Debian's public archives; a mirror
 # profile rewrites them at build time. The config's `created` is SOURCE_DATE_EPOCH (where `docker import` would
 # stamp the current time), so the ID follows from the tarball alone. That holds for the classic image store; the
 # containerd store IDs images by manifest digest.
@@ -63,6 +63,11 @@ repo="$(cd "$repo" && pwd)"
 # --variant=minbase, which picks packages by the Priority the index gives them, and an index made from the .deb
 # files has their own field, not the archive's (apt itself is "important" there).
 include="$(sed -n 's/^Package: //p' "$repo/Packages" | sort -u | paste -sd, -)"
+# The image's own apt sources: Debian's public archives as dlimages.generate.aptlock.DEBIAN12 names them (never
+# this machine's mirror: the image must not depend on where it was made).
+read -r DLI_MIRROR DLI_SECURITY_MIRROR < <("$python" -c 'from dlimages.generate.aptlock import DEBIAN12 as d; print(d.public["debian"], d.public["debian-security"])') ||
+    die "cannot read Debian's public archives from the dlimages package"
+export DLI_MIRROR DLI_SECURITY_MIRROR
 log "packages: the $(tr , '\n' <<<"$include" | wc -l) of the lock, from $repo"
 
 mkdir -p "$out"
@@ -92,7 +97,7 @@ build_tarball() {
         # The image keeps Debian's default sources, not the repository it was made from ($1 is the hook's root
         # directory, expanded by mmdebstrap).
         --customize-hook='rm -f "$1/etc/apt/sources.list"'
-        --customize-hook='printf "%s\n" "Types: deb" "URIs: http://deb.debian.org/debian" "Suites: bookworm bookworm-updates" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" "" "Types: deb" "URIs: http://deb.debian.org/debian-security" "Suites: bookworm-security" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$1/etc/apt/sources.list.d/debian.sources"'
+        --customize-hook='printf "%s\n" "Types: deb" "URIs: $DLI_MIRROR" "Suites: bookworm bookworm-updates" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" "" "Types: deb" "URIs: $DLI_SECURITY_MIRROR" "Suites: bookworm-security" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$1/etc/apt/sources.list.d/debian.sources"'
     )
     local start=$SECONDS
     # The hooks chat on stdout even with --quiet: keep it in a log, show it on failure.

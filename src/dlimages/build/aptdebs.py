@@ -5,9 +5,10 @@ serves as a mirror holding only them, for offline and air-gapped builds and for 
 
 Where the files come from (`Origin`):
 - `archive` (the default): the build's apt mirror (its mirror profile's, or this host's with `--mirror host`), else
-  Debian's own (deb.debian.org). The archive keeps only current versions: once a locked one is superseded it
-  disappears from there, and the build says so and names the two ways out below.
-- `snapshot`: Debian's snapshot archive (snapshot.debian.org) at the time the lock was resolved.
+  the distribution's own (aptlock.Distro.public). The archive keeps only current versions: once a locked one is
+  superseded it disappears from there, and the build says so and names the two ways out below.
+- a snapshot archive: a URL with `{archive}` and `{time}` in it, filled with each archive's name and the time the
+  lock was resolved (Debian and Ubuntu both run one that answers such URLs).
 - a folder made by `invoke apt-repo`, or the URL it is served at (any static web server).
 """
 
@@ -34,11 +35,12 @@ from dlimages.core.grammar import url_problem
 from dlimages.core.runner import Runner
 from dlimages.generate.aptlock import ARCH, DEBIAN12, AptLock, Deb, Distro
 
-PUBLIC = "http://deb.debian.org"  # Debian's own mirror network: /debian and /debian-security
-SNAPSHOT = "https://snapshot.debian.org/archive"  # /<archive>/<YYYYmmddTHHMMSSZ>/: the archive as it was then
 CACHE = Path(".work/apt/pool")  # verified files, by archive and pool path, kept between builds
 REPOS = Path(".work/apt/repo")  # flat repositories, one per lock
-ORIGIN_ALLOWED = "archive, snapshot, an http(s) URL or a folder made by `invoke apt-repo`"
+ORIGIN_ALLOWED = (
+    "archive, an http(s) URL (a snapshot archive's with {archive} and {time} in it) or a folder made by "
+    "`invoke apt-repo`"
+)
 FETCH_THREADS = 4
 TIMEOUT_S = 120.0
 
@@ -50,17 +52,14 @@ class Origin:
     kind: str  # "archive", "snapshot", "repository"
     urls: Mapping[str, str] = field(default_factory=dict)  # archive name -> URL its pool is under
     folder: Path | None = None
+    resolved: str = ""  # a snapshot's time
 
     def describe(self) -> str:
         if self.folder is not None:
             return f"the local repository {self.folder}"
-        if self.kind == "snapshot":
-            first = next(iter(self.urls.values()))
-            root, when = first.rsplit("/", 2)[0], first.rsplit("/", 1)[-1]
-            whose = "Debian's" if root == SNAPSHOT else "Ubuntu's"
-            return f"{whose} snapshot archive at {when} ({root})"
         where = ", ".join(self.urls.values())
-        return f"{'the live archive' if self.kind == 'archive' else 'the repository'} ({where})"
+        what = {"archive": "the live archive", "snapshot": f"the snapshot archive at {self.resolved}"}
+        return f"{what.get(self.kind, 'the repository')} ({where})"
 
     @property
     def key(self) -> str:
@@ -87,19 +86,24 @@ def origin(
     value: str | None, resolved: str, mirrors: Mapping[str, str | None] | None = None, distro: Distro = DEBIAN12
 ) -> Origin:
     """The origin `--apt-from` names (InputError otherwise). `mirrors`: the build's apt mirror per archive of
-    `distro` (None: the distribution's own); `resolved`: the lock's time, for the snapshot."""
+    `distro` (None: the distribution's own); `resolved`: the lock's time, for a snapshot archive's URL."""
     names = distro.archives
     if value in (None, "", "archive"):
         given = mirrors or {}
         return Origin("archive", {name: given.get(name) or distro.public[name] for name in names})
     assert value is not None
-    if value == "snapshot":
-        return Origin("snapshot", {name: distro.snapshot.format(archive=name, time=resolved) for name in names})
     if "://" in value:
-        problem = url_problem(value)
+        snapshot = "{archive}" in value
+        urls = {
+            name: value.replace("{archive}", name).replace("{time}", resolved)
+            if snapshot
+            else f"{value.rstrip('/')}/{name}"
+            for name in names
+        }
+        problem = next((p for p in map(url_problem, urls.values()) if p is not None), None)
         if problem is not None:
             raise InputError([Problem("--apt-from", f"the URL {problem}", ORIGIN_ALLOWED)])
-        return Origin("repository", {name: f"{value.rstrip('/')}/{name}" for name in names})
+        return Origin("snapshot", urls, resolved=resolved) if snapshot else Origin("repository", urls)
     folder = Path(value).absolute()
     if not folder.is_dir():
         raise InputError(
@@ -175,9 +179,7 @@ def _fetch_one(deb: Deb, source: Origin, cache: Path) -> str:
                 with part.open("wb") as out:
                     _download(where, out)
         except urllib.error.HTTPError as error:
-            gone = (
-                " (gone from there: build with `--apt-from snapshot`, or from a repository made by `invoke apt-repo`)"
-            )
+            gone = " (gone from there: build with `--apt-from` a snapshot archive's URL, or a repository apt-repo made)"
             return f"{deb.spec}: {where}: HTTP {error.code}{gone if error.code in (404, 410) else ''}"
         except (OSError, urllib.error.URLError) as error:
             return f"{deb.spec}: cannot read {where}: {getattr(error, 'reason', None) or error}"

@@ -26,8 +26,8 @@ BASE_AS_ROOT = f'sudo "$(command -v {PROGRAM})" base'  # root's PATH may lack th
 BASES_LOCK = invoke("bases", "--lock")
 APT_REPO = invoke("apt-repo")
 APT_FROM_HELP = (
-    "where the locked OS packages come from: archive (default: the build's apt mirror), snapshot (Debian's snapshot "
-    f"archive at the lock's time), or a folder `{APT_REPO}` made, or its URL"
+    "where the locked OS packages come from: archive (default: the build's apt mirror), a snapshot archive's URL with "
+    f"{{archive}} and {{time}} in it (the lock's time), or a folder `{APT_REPO}` made, or its URL"
 )
 BASES_MIRROR = invoke("bases.mirror")
 TEST = invoke("test")

@@ -45,7 +45,8 @@ RESOLVE_TIMEOUT_S = 300.0
 @dataclass(frozen=True)
 class Distro:
     """An OS release as a lock resolves from it: its archives (by the last segment of their URL, the suites of each),
-    components, the keyring its InRelease files are signed with, where its archives are, and its snapshot archive."""
+    components, the keyring its InRelease files are signed with, and where its archives are (`public`: the default
+    when neither the build nor this host names a mirror)."""
 
     os: str  # matrix.yaml's name for it: debian12, ubuntu22.04
     codename: str
@@ -53,7 +54,6 @@ class Distro:
     components: tuple[str, ...]
     keyring: str
     public: Mapping[str, str]  # archive -> the distribution's own URL
-    snapshot: str  # {archive} and {time}: the archive as it was then
 
     @classmethod
     def of(cls, os: str, family: str, codename: str) -> Distro:
@@ -66,7 +66,6 @@ class Distro:
             ("main", "restricted", "universe", "multiverse"),
             "/usr/share/keyrings/ubuntu-archive-keyring.gpg",  # Ubuntu's package ubuntu-keyring
             {"ubuntu": "http://archive.ubuntu.com/ubuntu"},
-            "https://snapshot.ubuntu.com/{archive}/{time}",
         )
 
 
@@ -82,8 +81,8 @@ DEBIAN12 = Distro(
     ARCHIVES,
     ("main",),
     KEYRING,
-    {name: f"http://deb.debian.org/{name}" for name in ARCHIVES},
-    "https://snapshot.debian.org/archive/{archive}/{time}",
+    # Debian's public archive and its security archive (what `invoke base` took before the OS packages were locked)
+    {"debian": "http://ftp.debian.org/debian", "debian-security": "http://security.debian.org/debian-security"},
 )
 _LINE = re.compile(
     r"^(?P<name>[a-z0-9][a-z0-9+.-]+)=(?P<version>[A-Za-z0-9.+~:-]+) (?P<archive>[a-z-]+) "

@@ -22,11 +22,13 @@ from dlimages.build import aptdebs
 from dlimages.build.aptdebs import FetchError, Origin, origin
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
+from dlimages.generate import aptlock
 from dlimages.generate.aptlock import AptLock, Deb
 
 T0 = "20261201T194500Z"
-ALLOWED = "archive, snapshot, an http(s) URL or a folder made by `invoke apt-repo`"
-GONE = " (gone from there: build with `--apt-from snapshot`, or from a repository made by `invoke apt-repo`)"
+ALLOWED = aptdebs.ORIGIN_ALLOWED
+GONE = " (gone from there: build with `--apt-from` a snapshot archive's URL, or a repository apt-repo made)"
+PUBLIC = aptlock.DEBIAN12.public
 
 
 def locked(name: str, version: str, data: bytes, archive: str = "debian") -> Deb:
@@ -60,22 +62,25 @@ def test_the_archive_is_the_builds_mirror_per_archive_else_debians_own() -> None
     assert given.kind == "archive" and given.folder is None
     assert dict(given.urls) == {
         "debian": "http://127.0.0.1:3142/debian",
-        "debian-security": f"{aptdebs.PUBLIC}/debian-security",
+        "debian-security": PUBLIC["debian-security"],
     }
-    public = {"debian": f"{aptdebs.PUBLIC}/debian", "debian-security": f"{aptdebs.PUBLIC}/debian-security"}
     for value in (None, "", "archive"):
-        assert dict(origin(value, T0).urls) == public
-    assert given.describe() == f"the live archive (http://127.0.0.1:3142/debian, {aptdebs.PUBLIC}/debian-security)"
+        assert dict(origin(value, T0).urls) == PUBLIC
+    assert given.describe() == f"the live archive (http://127.0.0.1:3142/debian, {PUBLIC['debian-security']})"
 
 
-def test_snapshot_is_debians_snapshot_archive_at_the_locks_time() -> None:
-    snapshot = origin("snapshot", T0, aptdebs.mirrors_of("http://127.0.0.1:3142/debian", None))
+def test_a_snapshot_archives_url_is_filled_with_each_archive_and_the_locks_time() -> None:
+    url = "https://snapshot.example.org/archive/{archive}/{time}/"
+    snapshot = origin(url, T0, aptdebs.mirrors_of("http://127.0.0.1:3142/debian", None))
     assert snapshot.kind == "snapshot"
     assert dict(snapshot.urls) == {
-        "debian": f"{aptdebs.SNAPSHOT}/debian/{T0}",
-        "debian-security": f"{aptdebs.SNAPSHOT}/debian-security/{T0}",
+        "debian": f"https://snapshot.example.org/archive/debian/{T0}/",
+        "debian-security": f"https://snapshot.example.org/archive/debian-security/{T0}/",
     }
-    assert snapshot.describe() == f"Debian's snapshot archive at {T0} ({aptdebs.SNAPSHOT})"
+    assert snapshot.describe() == (
+        f"the snapshot archive at {T0} (https://snapshot.example.org/archive/debian/{T0}/, "
+        f"https://snapshot.example.org/archive/debian-security/{T0}/)"
+    )
 
 
 def test_a_url_is_a_repository_holding_each_archive_under_it() -> None:

@@ -45,9 +45,10 @@ def test_the_bases_packages_come_from_the_hosts_mirror_else_debians_own(tmp_path
     ubuntu = tmp_path / "ubuntu.sources"
     ubuntu.write_text("Types: deb\nURIs: http://azure.archive.ubuntu.com/ubuntu/\nSuites: noble\n")
     assert base_lock(root, None, [ubuntu]).origin.urls == {
-        "debian": "http://deb.debian.org/debian", "debian-security": "http://deb.debian.org/debian-security",
+        "debian": "http://ftp.debian.org/debian", "debian-security": "http://security.debian.org/debian-security",
     }  # fmt: skip
-    assert base_lock(root, "snapshot", [ubuntu]).origin.urls["debian"].endswith("/debian/20261201T000000Z")
+    snapshot = base_lock(root, "https://snapshot.example.org/archive/{archive}/{time}", [ubuntu]).origin
+    assert snapshot.urls["debian"] == "https://snapshot.example.org/archive/debian/20261201T000000Z"
 
 
 def test_without_a_base_lock_invoke_base_names_the_command_that_writes_it(tmp_path: Path) -> None:

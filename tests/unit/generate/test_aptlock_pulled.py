@@ -1,7 +1,7 @@
 """OS package locks of the cells on pulled bases (ubuntu, nvidia/cuda) without network or engine: only a base
 recorded by digest is locked on, on the packages that very base has installed (its dpkg status, read with
 `docker run`), from its distribution's archive; `lock --check` judges those locks; builds take their files from
-the Ubuntu archive, its snapshot archive or a repository."""
+the Ubuntu archive, a snapshot archive or a repository."""
 
 from __future__ import annotations
 
@@ -135,7 +135,10 @@ def test_a_base_that_cannot_be_read_is_said_and_writes_nothing(tmp_path: Path, r
     ("value", "urls"),
     [
         (None, {"ubuntu": "http://archive.ubuntu.com/ubuntu"}),
-        ("snapshot", {"ubuntu": "https://snapshot.ubuntu.com/ubuntu/20261201T000000Z"}),
+        (
+            "https://snapshot.example.org/{archive}/{time}",
+            {"ubuntu": "https://snapshot.example.org/ubuntu/20261201T000000Z"},
+        ),
         ("http://127.0.0.1:8080/", {"ubuntu": "http://127.0.0.1:8080/ubuntu"}),
     ],
 )
@@ -148,5 +151,7 @@ def test_an_ubuntu_cells_files_come_from_the_ubuntu_archive_its_snapshot_or_a_re
     assert aptdebs.origin(None, "20261201T000000Z", tuna, jammy).urls == {
         "ubuntu": "http://mirrors.example.org/ubuntu/"
     }
-    snapshot = aptdebs.origin("snapshot", "20261201T000000Z", None, jammy)
-    assert snapshot.describe() == "Ubuntu's snapshot archive at 20261201T000000Z (https://snapshot.ubuntu.com)"
+    snapshot = aptdebs.origin("https://snapshot.example.org/{archive}/{time}", "20261201T000000Z", None, jammy)
+    assert snapshot.describe() == (
+        "the snapshot archive at 20261201T000000Z (https://snapshot.example.org/ubuntu/20261201T000000Z)"
+    )
