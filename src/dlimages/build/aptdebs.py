@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from dlimages.build.mirrors import APT_SOURCES, NoDebianMirror, debian_mirrors
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
 from dlimages.core.grammar import url_problem
@@ -265,6 +266,16 @@ def export(sources: Iterable[AptDebsSource], folder: Path, root: Path, runner: R
             copied.add(deb)
     _index(folder, runner)
     return len(copied)
+
+
+def host_mirrors(sources: Iterable[Path] = APT_SOURCES) -> dict[str, str | None]:
+    """This host's Debian mirror and security mirror (its apt sources, read now), as origin() takes them; none where
+    the host names none (GitHub's Ubuntu runners: the public archive then). Where the files come from never enters
+    the image: each is checked against its lock's hash."""
+    try:
+        return mirrors_of(*debian_mirrors(sources))
+    except NoDebianMirror:
+        return {}
 
 
 def mirrors_of(apt: str | None, apt_security: str | None, distro: Distro = DEBIAN12) -> dict[str, str | None]:

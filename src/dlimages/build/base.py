@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dlimages.build import aptdebs
-from dlimages.build.mirrors import APT_SOURCES, NoDebianMirror, debian_mirrors
+from dlimages.build.mirrors import APT_SOURCES
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.runner import Runner
@@ -27,12 +27,7 @@ def base_lock(root: Path, apt_from: str | None, sources: Iterable[Path] = APT_SO
     lock = aptlock.read(root / aptlock.BASE_APT_LOCK)
     if lock is None:
         raise InputError([Problem(aptlock.BASE_APT_LOCK, "missing", f"`{usage.LOCK} --upgrade-apt` writes it")])
-    try:
-        main, security = debian_mirrors(sources)
-        mirrors: dict[str, str | None] = aptdebs.mirrors_of(main, security)
-    except NoDebianMirror:
-        mirrors = {}
-    return aptdebs.AptDebsSource(lock, aptdebs.origin(apt_from, lock.resolved, mirrors))
+    return aptdebs.AptDebsSource(lock, aptdebs.origin(apt_from, lock.resolved, aptdebs.host_mirrors(sources)))
 
 
 def make_base_argv(root: Path, repo: Path, lock: aptlock.AptLock, *, check: bool = False) -> list[str]:

@@ -382,3 +382,16 @@ def test_apt_repo_copies_every_locked_file_once_into_a_mirror_layout_with_an_ind
     # and it serves as an origin itself
     again = aptdebs.flat_repo(lock_of(b, c), origin(str(out), T0), tmp_path / "elsewhere", Runner())
     assert sorted(p.name for p in again.glob("*.deb")) == sorted([b.filename, c.filename])
+
+
+def test_without_a_mirror_the_files_come_from_this_hosts_debian_mirror_else_the_public_archive(tmp_path: Path) -> None:
+    sources = tmp_path / "debian.sources"
+    sources.write_text("Types: deb\nURIs: http://deb.example.org/debian\nSuites: bookworm\n")
+    assert aptdebs.host_mirrors([sources]) == {
+        "debian": "http://deb.example.org/debian",
+        "debian-security": "http://deb.example.org/debian-security",
+    }
+    ubuntu = tmp_path / "ubuntu.sources"
+    ubuntu.write_text("Types: deb\nURIs: http://archive.example.org/ubuntu/\nSuites: noble\n")
+    assert aptdebs.host_mirrors([ubuntu]) == {}
+    assert dict(origin(None, T0, aptdebs.host_mirrors([ubuntu])).urls) == PUBLIC
