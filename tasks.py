@@ -21,7 +21,9 @@ from dlimages.build.engine import NO_SETUP_HELP
 from dlimages.core import errors, usage
 from dlimages.generate.lock import RESOLVE_TIMEOUT_S
 from dlimages.generate.project import Project, find_root
+from dlimages.model.tags import ORIGIN_HELP
 from dlimages.publish.pushplan import MAX_RETRIES
+from dlimages.publish.signing import SIGN_HELP, VERIFY_HELP
 
 ROOT = find_root(Path(__file__).parent)  # the repository this tasks.py belongs to, wherever invoke runs it
 logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # progress, in order with builds
@@ -38,7 +40,7 @@ EVERY_HELP = {  # the same flags where a flag left out means every value (lock, 
     "python": "Python version, e.g. 3.10 (default: every Python)",
     "flavor": "runtime or devel (default: both)",
 }
-SHARED_HELP = {"no_engine_setup": NO_SETUP_HELP, "apt_from": usage.APT_FROM_HELP}  # where a task has the flag
+SHARED_HELP = {"no_engine_setup": NO_SETUP_HELP, "apt_from": usage.APT_FROM_HELP, **VERIFY_HELP}  # where a task has it
 BUILD_HELP = {
     "mirror": "mirror profile: none, daocloud, tuna, aliyun, ustc (matrix.yaml) or host (this machine's apt mirror)",
     "base_registry": f"take every base image from this registry, HOST[:PORT][/PATH] (see `{usage.BASES_MIRROR}`)",
@@ -211,23 +213,22 @@ def test(c: Context, **flags: Any) -> None:
         "retries": f"retries for transient failures, 0 to {MAX_RETRIES} (backoff doubles from 2 s)",
         "force_overwrite": "replace another image a registry already has under an immutable tag (never needed for "
         "moving tags such as v1.0)",
-        "git_ref": "for CI, with --default-branch and --commit: the git ref built (e.g. refs/heads/main); only the "
-        "default branch publishes release tags, any other ref each cell's immutable tag with the commit appended",
-        "default_branch": "for CI: the repository's default branch, e.g. main (with --git-ref)",
-        "commit": "for CI: the commit built, its full SHA (with --git-ref)",
+        **ORIGIN_HELP,
+        **SIGN_HELP,
     },
 )
 def push(c: Context, **flags: Any) -> None:
-    """Push built images to registries, verify each digest by pulling it back, write the build report."""
+    """Push built images, verify each digest by pulling it back, sign and attest it, write the build report."""
     _echo(commands.push(ROOT, **flags))
 
 
-@command(
-    help={
-        "image": "local image to smoke-test (repeatable)",
-        "no_gpus": "run without --gpus all (expects exit 77)",
-    },
-)
+@command(help={"image": "the image to verify: REGISTRY/REPOSITORY:TAG (pulled, resolved to its digest) or @sha256:..."})
+def verify(c: Context, **flags: Any) -> None:
+    """Check an image's signature, its SBOM against its packages and its provenance; print the verified digest."""
+    _echo(commands.verify(ROOT, **flags))
+
+
+@command(help={"image": "image to smoke-test (repeatable), as bench does", "no_gpus": "without --gpus all (exit 77)"})
 def smoke(c: Context, **flags: Any) -> None:
     """GPU smoke test inside each image: CUDA visible, versions match labels, a real AMP training step."""
     _echo(commands.smoke(ROOT, **flags))
@@ -235,7 +236,7 @@ def smoke(c: Context, **flags: Any) -> None:
 
 @command(
     help={
-        "image": "local image to benchmark",
+        "image": "image to benchmark; a registry's is verified first and run by digest",
         "batch_size": "batch size, or MODE=N pairs, e.g. 128,amp_fp16_cl=256",
         "modes": "comma-separated modes (fp32,tf32,amp_fp16,amp_fp16_cl,bf16_cl,compile)",
         "gpus": "all (or a number): also all-reduce bus bandwidth and DDP ResNet-50 scaling across GPUs (PyTorch)",
@@ -295,6 +296,5 @@ def package_diff(c: Context, **flags: Any) -> None:
 bases = Collection("bases")
 bases.add_task(bases_list, name="list", default=True)
 bases.add_task(bases_mirror, name="mirror")
-TOP = (matrix, render, build, bake, repro, lock, base, apt_repo, bases, test, push, smoke, bench, doctor, disk)
-namespace = Collection(*TOP, check, ci)
-namespace.add_task(package_diff)
+TOP = (matrix, render, build, bake, repro, lock, base, apt_repo, bases, test, push, verify, smoke, bench, doctor, disk)
+namespace = Collection(*TOP, check, ci, package_diff)

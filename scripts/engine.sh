@@ -4,10 +4,10 @@
 # Usage: scripts/engine.sh [--mirror URL] [--fixtures]             the host's engine (the one `docker` talks to)
 #        scripts/engine.sh --own DIR [--mirror URL] [--fixtures]   an engine of its own: data root, sockets, log in DIR
 #        scripts/engine.sh --stop-own DIR                          stop that engine and delete DIR
-# Without --own: if an engine already answers `docker info`, it is used as is and nothing is installed. Tasks that
-# need the engine run this themselves when none answers (`--no-engine-setup` or DLIMAGES_NO_ENGINE_SETUP=1 turns that
-# off). Installing packages and starting dockerd need root; a member of the `docker` group needs neither once an
-# engine runs.
+# Without --own: if an engine already answers `docker info`, it is used as is: only cosign (and with --fixtures the
+# tests' tools) is installed where missing, never the engine packages. Tasks that need the engine run this themselves
+# when none answers (`--no-engine-setup` or DLIMAGES_NO_ENGINE_SETUP=1 turns that off). Installing packages and
+# starting dockerd need root; a member of the `docker` group needs neither once an engine runs.
 # --own is what `invoke ci` uses: a dockerd on a fresh data root, answering on DIR/docker.sock (group `docker`), so a
 # run never touches the host's engine, images or build cache and leaves nothing behind (`--stop-own` deletes DIR,
 # and only a DIR this script made). It refuses to start beside another dockerd: a second daemon takes over the
@@ -19,9 +19,9 @@
 #        DOCKERD_DATA_ROOT (default /var/lib/docker)
 #
 # Package sources are never written here: the Debian mirror is read from the host's
-# apt configuration at run time. The engine (docker.io, docker-cli) and docker-buildx are taken
-# from Debian 13 (trixie) on that same mirror, through an apt preferences pin, at the exact
-# versions below: Debian 12's docker.io 20.10 carries BuildKit 0.8, which has no SOURCE_DATE_EPOCH
+# apt configuration at run time. The engine (docker.io, docker-cli), docker-buildx and cosign are
+# taken from Debian 13 (trixie) on that same mirror, through an apt preferences pin, the engine at
+# the exact versions below: Debian 12's docker.io 20.10 carries BuildKit 0.8, which has no SOURCE_DATE_EPOCH
 # (every cold build would give another image ID). 26.1.5 carries BuildKit 0.13.2; with the classic
 # overlay2 image store it stamps history and `created` with SOURCE_DATE_EPOCH, and the generated
 # Dockerfiles fix every file time themselves (templates/assets/dl-normalize).
@@ -34,8 +34,9 @@ DOCKERD_PIDFILE=/var/run/docker.pid
 DOCKERD_FLAGS=()
 # The file --own writes into its DIR: --stop-own deletes only a DIR that holds it.
 readonly OWN_MARK=.dlimages-engine
-readonly TRIXIE_SOURCES=/etc/apt/sources.list.d/dlimages-trixie.sources
-readonly TRIXIE_PIN=/etc/apt/preferences.d/dlimages-trixie
+readonly APT_DIR="${APT_DIR:-/etc/apt}"
+readonly TRIXIE_SOURCES="$APT_DIR/sources.list.d/dlimages-trixie.sources"
+readonly TRIXIE_PIN="$APT_DIR/preferences.d/dlimages-trixie"
 # bookworm ships no buildx; trixie's is a static Go binary that depends on libc6 only.
 # skopeo: `invoke bases` and `bases.mirror`; mmdebstrap: `invoke base` (the offline Debian base); dpkg-dev:
 # dpkg-scanpackages, which indexes the locked .deb files a build installs from.
@@ -47,6 +48,10 @@ readonly FIXTURE_PACKAGES=(docker-registry apache2-utils openssl chromium chromi
 FIXTURES=0
 readonly DOCKER_VERSION=26.1.5+dfsg1-9+deb13u1+b1
 readonly ENGINE_PACKAGES=("docker.io=$DOCKER_VERSION" "docker-cli=$DOCKER_VERSION" docker-buildx)
+# cosign signs and attests what `invoke push` publishes; `invoke verify` (and smoke, bench) check it. Bookworm has
+# none; trixie's (2.5) is a static Go binary that depends on libc6 only, like buildx. Signing needs it whichever
+# engine runs, so it is also installed on its own beside an engine that is already there.
+readonly SIGN_PACKAGES=(cosign)
 # The oldest engine whose BuildKit honours SOURCE_DATE_EPOCH (BuildKit 0.11 came with Docker 23.0).
 readonly MIN_ENGINE_MAJOR=23
 
@@ -60,9 +65,8 @@ engine_answers() { command -v docker >/dev/null && docker info >/dev/null 2>&1; 
 host_debian_mirror() {
     python3 -c 'from dlimages.build.mirrors import debian_mirrors; print(debian_mirrors()[0].rstrip("/"))' 2>/dev/null && return
     local found
-    local apt="${APT_DIR:-/etc/apt}"
-    found="$(cat "$apt"/sources.list.d/*.sources 2>/dev/null | awk '$1 == "URIs:" && $2 ~ /\/debian\/?$/ {print $2; exit}' || true)"
-    [[ -n "$found" ]] || found="$(cat "$apt"/sources.list 2>/dev/null \
+    found="$(cat "$APT_DIR"/sources.list.d/*.sources 2>/dev/null | awk '$1 == "URIs:" && $2 ~ /\/debian\/?$/ {print $2; exit}' || true)"
+    [[ -n "$found" ]] || found="$(cat "$APT_DIR"/sources.list 2>/dev/null \
         | awk '$1 == "deb" && $2 ~ /\/debian\/?$/ {print $2; exit}' || true)"
     [[ -n "$found" ]] && printf '%s\n' "${found%/}"
 }
@@ -77,37 +81,55 @@ install_packages() {
         trap 'rm -f /usr/sbin/policy-rc.d' EXIT
     fi
 
-    log "adding trixie source for the engine and buildx only: $TRIXIE_SOURCES, pin: $TRIXIE_PIN"
+    write_trixie_source "$mirror"
+    local packages
+    mapfile -t packages < <(wanted_packages)
+    apt_install "${packages[@]}"
+    log_origin docker-buildx
+    log_origin cosign
+}
+
+# What comes from trixie, by name: the engine's packages and cosign.
+trixie_packages() {
+    local package
+    for package in "${ENGINE_PACKAGES[@]}" "${SIGN_PACKAGES[@]}"; do printf '%s\n' "${package%%=*}"; done
+}
+
+# The one writer of the trixie source and its pin: every package the pin does not name stays at bookworm's.
+write_trixie_source() {
+    local mirror="$1" pinned
+    pinned="$(trixie_packages | paste -sd ' ')"
+    log "adding trixie source for $pinned only: $TRIXIE_SOURCES, pin: $TRIXIE_PIN"
     cat >"$TRIXIE_SOURCES" <<EOF
-# Written by scripts/engine.sh: Debian 13 on the host's own mirror, for the engine and buildx only.
+# Written by scripts/engine.sh: Debian 13 on the host's own mirror, for the packages its pin names only.
 Types: deb
 URIs: $mirror
 Suites: trixie
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
-    cat >"$TRIXIE_PIN" <<'EOF'
+    cat >"$TRIXIE_PIN" <<EOF
 # Written by scripts/engine.sh: nothing comes from trixie unless named here.
 Package: *
 Pin: release n=trixie
 Pin-Priority: 1
 
-Package: docker-buildx docker.io docker-cli
+Package: $pinned
 Pin: release n=trixie
 Pin-Priority: 990
 EOF
-
-    local packages
-    mapfile -t packages < <(wanted_packages)
-    apt_install "${packages[@]}"
-    local origin
-    origin="$(apt-cache policy docker-buildx | awk '/\*\*\*/ {getline; print $2, $3}')"
-    log "docker-buildx $(dpkg-query -W -f='${Version}' docker-buildx) from $origin"
 }
 
-# What an install brings: the engine and what builds use, and with --fixtures the tests' tools.
+# Which version of a package was installed, from where.
+log_origin() {
+    local origin
+    origin="$(apt-cache policy "$1" | awk '/\*\*\*/ {getline; print $2, $3}')"
+    log "$1 $(dpkg-query -W -f='${Version}' "$1") from $origin"
+}
+
+# What an install brings: the engine, cosign and what builds use, and with --fixtures the tests' tools.
 wanted_packages() {
-    printf '%s\n' "${PACKAGES[@]}" "${ENGINE_PACKAGES[@]}"
+    printf '%s\n' "${PACKAGES[@]}" "${ENGINE_PACKAGES[@]}" "${SIGN_PACKAGES[@]}"
     if ((FIXTURES)); then printf '%s\n' "${FIXTURE_PACKAGES[@]}"; fi
 }
 
@@ -119,21 +141,31 @@ apt_install() {
         || die "apt-get install failed (see output above)"
 }
 
-# With --fixtures: true when one of the fixture packages is not installed.
-fixtures_missing() {
-    ((FIXTURES)) || return 1
+# What an engine that is already there lacks: cosign when no `cosign` is on PATH (one installed another way will
+# do), and with --fixtures each fixture package that is not installed.
+missing_tools() {
+    command -v cosign >/dev/null || printf '%s\n' "${SIGN_PACKAGES[@]}"
+    ((FIXTURES)) || return 0
     local package
     for package in "${FIXTURE_PACKAGES[@]}"; do
-        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || return 0
+        [[ "$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null)" == "install ok installed" ]] \
+            || printf '%s\n' "$package"
     done
-    return 1
 }
 
-# An engine that answers is never reinstalled: only the fixtures, from the host's own apt sources.
-install_fixtures_if_missing() {
-    fixtures_missing || return 0
-    need_root "installing the test fixtures" "--fixtures"
-    apt_install "${FIXTURE_PACKAGES[@]}"
+# An engine that is already there is never reinstalled (the host may run another Docker): only what missing_tools
+# names, cosign from trixie and the fixtures from the host's own apt sources.
+install_tools_if_missing() {
+    local mirror="${1:-}" missing hint=""
+    mapfile -t missing < <(missing_tools)
+    ((${#missing[@]})) || return 0
+    if ((FIXTURES)); then hint=--fixtures; fi
+    need_root "installing ${missing[*]}" "$hint"
+    if ! command -v cosign >/dev/null; then  # cosign is among them, and comes from trixie
+        mirror="$(debian_mirror "$mirror")"
+        write_trixie_source "$mirror"
+    fi
+    apt_install "${missing[@]}"
 }
 
 # The CLI at /usr/local/bin/docker looks in ~/.docker/cli-plugins, /usr/local/lib/docker/cli-plugins,
@@ -200,11 +232,18 @@ need_root() {
     [[ $EUID -eq 0 ]] || die "$1 needs root: run \`sudo bash scripts/engine.sh${2:+ $2}\` once (a member of the docker group needs no root after that)"
 }
 
-install_if_missing() {
+# The mirror given, else the host's (said on stderr: stdout is the answer).
+debian_mirror() {
     local mirror="${1:-}"
     [[ -n "$mirror" ]] || mirror="$(host_debian_mirror)" \
         || die "no Debian mirror found in this host's apt sources: give one with --mirror URL"
-    log "host Debian mirror: $mirror"
+    log "host Debian mirror: $mirror" >&2
+    printf '%s\n' "$mirror"
+}
+
+install_if_missing() {
+    local mirror
+    mirror="$(debian_mirror "${1:-}")"
     install_packages "$mirror"
     ensure_buildx_visible
 }
@@ -215,7 +254,7 @@ main() {
         docker version --format 'engine.sh: client {{.Client.Version}}, server {{.Server.Version}} (API {{.Server.APIVersion}})'
         docker buildx version 2>/dev/null | sed 's/^/engine.sh: /' || log "warning: no buildx plugin visible"
         warn_if_not_reproducible
-        install_fixtures_if_missing
+        install_tools_if_missing "${1:-}"
         return
     fi
     need_root "installing and starting the Docker engine"
@@ -237,7 +276,7 @@ own() {
     if ! command -v dockerd >/dev/null || ! docker buildx version >/dev/null 2>&1; then
         install_if_missing "$mirror"
     else
-        install_fixtures_if_missing
+        install_tools_if_missing "$mirror"
     fi
     getent group docker >/dev/null || die "no 'docker' group (Debian's docker.io makes it)"
     chmod 0711 "$dir"  # members of the docker group reach DIR/docker.sock; nothing else in DIR is theirs

@@ -580,3 +580,16 @@ def test_dl_bench_skips_without_gpu(image: Image, docker: Docker) -> None:
         pytest.skip("dl-bench benchmarks PyTorch only")
     result = docker.run_once(image.ref, "dl-bench", options=NO_GPU)
     assert result.code == EXIT_SKIPPED, f"dl-bench exited {result.code}, not 77:\n{result.err[-2000:]}"
+
+
+def test_the_oci_labels_users_tools_read(image: Image) -> None:
+    """created is the commit's time (the image's own `created`), licenses names the framework's licence and not the
+    project's, vendor names the publisher (matrix.yaml)."""
+    oci = "org.opencontainers.image."
+    created = datetime.datetime.fromisoformat(image.label("created", oci).replace("Z", "+00:00"))
+    assert created == datetime.datetime.fromisoformat(image.created.replace("Z", "+00:00")), image.created
+    framework = image.label("framework")
+    expected = {"pytorch": "BSD-3-Clause", "tensorflow": "Apache-2.0"}[framework]
+    licenses = image.label("licenses", oci).split(" AND ")
+    assert licenses[0] == expected and "LicenseRef-NVIDIA-CUDA" in licenses
+    assert image.label("vendor", oci)

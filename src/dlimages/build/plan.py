@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,6 +172,7 @@ def plan_build(
         "BASE_NAME": base.label_name,
         "BASE_DIGEST": base.digest or "",
         "SOURCE_DATE_EPOCH": str(epoch),
+        "CREATED": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)),
         "REVISION": revision,
         **mirror.build_args(),
     }

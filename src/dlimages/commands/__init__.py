@@ -10,7 +10,7 @@ from dlimages.commands.builds import bake, build, repro
 from dlimages.commands.flags import CellFlags, flag_parameters, repeatable
 from dlimages.commands.generate import doctor, lock, matrix, render
 from dlimages.commands.host import check, ci, disk
-from dlimages.commands.images import bench, package_diff, push, smoke, test
+from dlimages.commands.images import bench, package_diff, push, smoke, test, verify
 from dlimages.commands.session import Failed
 
 __all__ = [
@@ -37,4 +37,5 @@ __all__ = [
     "repro",
     "smoke",
     "test",
+    "verify",
 ]

@@ -24,6 +24,11 @@ BUILDS = (
 # repository on 127.0.0.1 that holds only the locked .deb files (`invoke apt-repo`, served by Python's http.server
 # for the one step): the same image ID proves that the archive's state does not enter the image.
 PYTORCH_IMAGE = "lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"  # what BUILDS[0] tags
+TENSORFLOW_IMAGE = "lab/tensorflow-universal-dev:v1.0-cuda11.8-tf2.14.1-py3.11-runtime"  # what BUILDS[1] tags
+# The push signs and attests both images with a key made for the run (cosign, no transparency log: Sigstore is out of
+# reach here, as behind a firewall); `invoke verify` must then pass on each, as a GPU node would check them.
+SIGNING = ".work/ci-cosign"
+SIGNING_PASSWORD = "ci-throwaway"  # noqa: S105 (protects a key that lives for one run only)
 APT_REPO = ".work/ci-apt-repo"
 APT_REPO_PORT = 5056
 REPRO = f"{BUILDS[0]} --against {PYTORCH_IMAGE}"
@@ -90,7 +95,19 @@ def end_to_end(root: Path, engine: Path) -> list[Step]:
         Step("the locked OS packages into a local repository", f"{usage.APT_REPO} --to {_q(root / APT_REPO)}"),
         Step("the base, then repro (PyTorch cell), from that repository on 127.0.0.1", _served(root)),
         Step("registry", f"bash {_q(root / '.ci/registry.sh')} start {REGISTRY_NAME} {REGISTRY_PORT}"),
-        Step("push", f"{usage.PUSH} --registry {registry} --report {_q(root / REPORT)}"),
+        Step("a signing key for this run", _key(root / SIGNING)),
+        Step(
+            "push, signed and attested",
+            f"COSIGN_PASSWORD={SIGNING_PASSWORD} {usage.PUSH} --registry {registry} --report {_q(root / REPORT)} "
+            f"--sign-key {_q(root / SIGNING / 'cosign.key')}",
+        ),
+        *(
+            Step(
+                f"verify {image}",
+                f"{usage.VERIFY} --image {registry}/{image} --key {_q(root / SIGNING / 'cosign.pub')}",
+            )
+            for image in (PYTORCH_IMAGE, TENSORFLOW_IMAGE)
+        ),
         Step("as an unprivileged user", f"bash {_q(root / '.ci/as-user.sh')} {registry} {PYTORCH_IMAGE} {BUILDS[0]}"),
     ]
 
@@ -105,6 +122,14 @@ def _served(root: Path) -> str:
         f"{serve} >/dev/null 2>&1 & server=$!; trap 'kill $server' EXIT; "
         f"for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/{APT_REPO_PORT}) 2>/dev/null && break; sleep 0.2; done; "
         f"{usage.BASE} --apt-from {url} && {usage.REPRO} {REPRO} --apt-from {url}"
+    )
+
+
+def _key(folder: Path) -> str:
+    """A fresh cosign key pair in `folder` (the last run's removed first)."""
+    return (
+        f"rm -rf {_q(folder)} && mkdir -p {_q(folder)} && cd {_q(folder)} && "
+        f"COSIGN_PASSWORD={SIGNING_PASSWORD} cosign generate-key-pair"
     )
 
 

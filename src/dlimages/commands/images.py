@@ -15,6 +15,7 @@ from dlimages.commands import ci_plan
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
+from dlimages.core.references import names_registry
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.gpu import inimage
 from dlimages.model import tags as tag_rules
@@ -22,6 +23,8 @@ from dlimages.publish import reportdiff
 from dlimages.publish.push import PushError, PushInterrupted, push_image
 from dlimages.publish.pushplan import plan_push, retries_from_flag
 from dlimages.publish.report import build_report, image_manifest, report_target, write_report
+from dlimages.publish.signing import NO_VERIFY_SKIPS, Signing, SigningError, Trust, sign_pushed
+from dlimages.publish.signing import verify as verify_image
 
 NOTHING_BUILT = f"no image given and no successful `{usage.BUILD}` recorded"
 TEST_TOOLS = ("pytest", "testinfra", "selenium")  # pyproject.toml's `test` extra, by import name
@@ -51,11 +54,17 @@ def push(
     git_ref: str | None = None,
     default_branch: str | None = None,
     commit: str | None = None,
+    sign_key: str | None = None,
+    keyless: bool = False,
+    no_sign: bool = False,
+    tlog: bool = False,
     no_engine_setup: bool = False,
 ) -> str:
     """Push the images (default: what the last builds made) to every registry, each digest verified by pulling it
-    back (said as it goes), then write the build report; where it went."""
+    back (said as it goes), sign and attest each pushed digest when a key or identity is given, then write the
+    build report; where it went."""
     ledger = Ledger(root)
+    signing = Signing.from_flags(sign_key, keyless, no_sign, tlog)
     if not registry:
         raise InputError([Problem("--registry", "give at least one registry", "HOST[:PORT], e.g. 127.0.0.1:5000")])
     attempts, report_path = retries_from_flag(retries), report_target(ledger.root, report)
@@ -78,6 +87,15 @@ def push(
         raise Failed(f"error: {error}\nNothing local was changed.", code=1) from None
     for result in results:
         say(f"pushed {result.remote_ref} {result.digest} (verified by pulling it back)")
+    if not signing.enabled:
+        why = "--no-sign" if no_sign else "no key and no identity given: --sign-key (or $DLIMAGES_SIGN_KEY), --keyless"
+        say(f"not signed, no SBOM or provenance attached ({why})")
+    else:
+        try:
+            for line in sign_pushed(results, signing, root):
+                say(line)
+        except SigningError as error:
+            raise Failed(f"error: pushed, but {error}", code=1) from None
     try:
         write_report(report_path, build_report(results, manifests, ledger.cells_by_ref()))
     except OSError as error:
@@ -85,13 +103,77 @@ def push(
     return f"build report: {report}"
 
 
-def smoke(root: Path, *, image: Sequence[str], no_gpus: bool = False, no_engine_setup: bool = False) -> str | None:
-    """dl-smoke inside each image (its output shown as it runs); each image's exit code and what it means."""
+def verify(
+    root: Path,
+    *,
+    image: str | None = None,
+    key: str | None = None,
+    identity: str | None = None,
+    issuer: str | None = None,
+    tlog: bool = False,
+    no_engine_setup: bool = False,
+) -> str:
+    """Verify the image's signature, SBOM and provenance (signing.verify); the report, ending in the verified
+    REPOSITORY@DIGEST. Failed (exit 1) with the reason when it does not verify."""
+    if image is None:
+        raise InputError([Problem("--image", "give the image to verify", "REGISTRY/REPOSITORY:TAG or @sha256:...")])
+    [ref] = inimage.check_images([image])
+    trust = Trust.from_flags(key, identity, issuer, tlog)
+    engine(root, no_engine_setup, buildx=False)
+    try:
+        verified = verify_image(ref, trust, RUNNER)
+    except SigningError as error:
+        raise Failed(f"error: does not verify: {error}", code=1) from None
+    return "\n".join([*verified.lines, f"verified {verified.ref}"])
+
+
+def _runnable(refs: Sequence[str], trust: Trust | None) -> list[str]:
+    """What to run for each ref: the verified REPOSITORY@DIGEST; the ref itself with --no-verify (trust None);
+    a local image (no registry in its name: nothing signed it) by its image ID, so no tag can move under the run."""
+    runnable = []
+    for ref in refs:
+        if trust is None:
+            say(f"{ref}: not verified (--no-verify): {NO_VERIFY_SKIPS}")
+            runnable.append(ref)
+        elif not names_registry(ref):
+            image_id = RUNNER.image_id(ref)
+            if image_id is None:
+                raise Failed(f"error: {ref} is not a local image; give REGISTRY/REPOSITORY:TAG to pull and verify it")
+            say(f"{ref}: a local image (its name has no registry, so no signature to check); running {image_id}")
+            runnable.append(image_id)
+        else:
+            try:
+                verified = verify_image(ref, trust, RUNNER)
+            except SigningError as error:
+                raise Failed(f"error: refused, does not verify: {error}", code=1) from None
+            say("\n".join([*verified.lines, f"verified {verified.ref}"]))
+            runnable.append(verified.ref)
+    return runnable
+
+
+def smoke(
+    root: Path,
+    *,
+    image: Sequence[str],
+    no_gpus: bool = False,
+    key: str | None = None,
+    identity: str | None = None,
+    issuer: str | None = None,
+    tlog: bool = False,
+    no_verify: bool = False,
+    no_engine_setup: bool = False,
+) -> str | None:
+    """dl-smoke inside each image, verified first and run by digest (its output shown as it runs); each image's
+    exit code and what it means."""
     if not image:
         raise InputError([Problem("--image", "give at least one image")])
     refs = inimage.check_images(image)
+    trust = _trust(refs, key, identity, issuer, tlog, no_verify)
     engine(root, no_engine_setup, buildx=False)
-    codes = {ref: inimage.run_in_image(RUNNER, ref, ["dl-smoke"], gpus=not no_gpus, on_line=say) for ref in refs}
+    runs = dict(zip(refs, _runnable(refs, trust), strict=True))
+    codes = {
+        ref: inimage.run_in_image(RUNNER, run, ["dl-smoke"], gpus=not no_gpus, on_line=say) for ref, run in runs.items()
+    }
     verdicts = "\n".join(f"{ref}: exit {code} ({inimage.meaning(code)})" for ref, code in codes.items()) or None
     worst = inimage.worst(codes.values())
     if worst:
@@ -106,17 +188,39 @@ def bench(
     batch_size: str = "128,amp_fp16_cl=256,bf16_cl=256",
     modes: str = "",
     gpus: str | None = None,
+    key: str | None = None,
+    identity: str | None = None,
+    issuer: str | None = None,
+    tlog: bool = False,
+    no_verify: bool = False,
     no_engine_setup: bool = False,
 ) -> None:
-    """dl-bench inside the image, its JSON shown as it runs; Failed with dl-bench's exit code."""
+    """dl-bench inside the image, verified first and run by digest, its JSON shown as it runs; Failed with
+    dl-bench's exit code."""
     if image is None:
         raise InputError([Problem("--image", "give the image to benchmark")])
     [ref] = inimage.check_images([image])
     command = inimage.bench_command(batch_size, modes or None, gpus)  # exit 2 here, not "skipped" in the image
+    trust = _trust([ref], key, identity, issuer, tlog, no_verify)
     engine(root, no_engine_setup, buildx=False)
-    code = inimage.run_in_image(RUNNER, ref, command, gpus=True, on_line=say)
+    [run] = _runnable([ref], trust)
+    code = inimage.run_in_image(RUNNER, run, command, gpus=True, on_line=say)
     if code:
         raise Failed(f"{ref}: dl-bench exit {code} ({inimage.meaning(code)})", code=code)
+
+
+def _trust(
+    refs: Sequence[str], key: str | None, identity: str | None, issuer: str | None, tlog: bool, no_verify: bool
+) -> Trust | None:
+    """What the refs are verified against (exit 2 before anything runs when a registry ref has nothing to check
+    against); None with --no-verify."""
+    if no_verify:
+        if key or identity:
+            raise InputError([Problem("--no-verify", f"given with {'--key' if key else '--identity'}", "one of them")])
+        return None
+    if not any(map(names_registry, refs)):
+        return Trust(key, identity, issuer or "")  # local images only: nothing to verify against
+    return Trust.from_flags(key, identity, issuer, tlog)
 
 
 def package_diff(*, before: str = "", after: str = "") -> str:

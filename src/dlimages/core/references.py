@@ -113,6 +113,12 @@ def name_too_long(ref: str) -> bool:
     return len(split_tag(ref.split("@", 1)[0])[0]) > MAX_NAME
 
 
+def names_registry(ref: str) -> bool:
+    """Whether `ref` names its registry, as Docker reads it: a first component with a '.' or ':', or localhost."""
+    first, slash, _ = ref.partition("/")
+    return bool(slash) and ("." in first or ":" in first or first == "localhost")
+
+
 def split_tag(ref: str) -> tuple[str, str | None]:
     """("host:5000/a/b:t") -> ("host:5000/a/b", "t"): a ':' after the last '/' starts the tag."""
     slash = ref.rfind("/")

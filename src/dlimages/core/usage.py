@@ -33,6 +33,7 @@ BASES_MIRROR = invoke("bases.mirror")
 TEST = invoke("test")
 INSTALL_TEST_TOOLS = "pip install -e '.[test]'"  # pyproject.toml's `test` extra, from the clone
 PUSH = invoke("push")
+VERIFY = invoke("verify")
 DISK = invoke("disk")
 CHECK = invoke("check")
 CI = invoke("ci")

@@ -114,6 +114,8 @@ def render_cell(
         partials=matrix.partials,
         apt_packages=sorted(matrix.packages.apt),
         pip_version=matrix.packages.pip,
+        publisher=matrix.publisher,
+        framework_license=matrix.frameworks[cell.framework].license,
     )
     # Blank-line runs come from template control flow, not meaning: collapse them for stable output.
     lines: list[str] = []

@@ -236,9 +236,23 @@ class Release(Model):
         return self
 
 
+SpdxExpression = Annotated[str, Field(pattern=r"^[A-Za-z0-9.+-]+( (AND|OR) [A-Za-z0-9.+-]+)*$")]
+
+
 class Framework(Model):
     package: Name
+    license: SpdxExpression  # the framework's own: org.opencontainers.image.licenses, with the others in the image
+    license_source: SourceUrl
     releases: dict[Version, Release] = Field(min_length=1)
+
+
+class Publisher(Model):
+    """Who publishes the images, said in the OCI labels that registries and tools read: GHCR links an image to its
+    repository by `source`, Renovate reads it for release notes."""
+
+    vendor: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 .,_-]{0,99}$")]
+    source: Url | None = None
+    url: Url | None = None
 
 
 class Packages(Model):
@@ -284,6 +298,7 @@ FrameworkName = Annotated[str, AfterValidator(_framework_name)]
 class Matrix(Model):
     schema_version: Annotated[int, Field(ge=1, le=1)]
     release: Annotated[str, Field(pattern=rf"^v{VERSION.pattern}$")]
+    publisher: Publisher
     images: dict[FrameworkName, ImageSpec]
     axes: Axes
     flavors: dict[Name, str]

@@ -19,6 +19,13 @@ from dlimages.model.compat import Candidate
 from dlimages.model.spec import MATRIX_FILE, CellRef, Matrix, version_key
 from dlimages.payload.dl_stack import FRAMEWORKS
 
+ORIGIN_HELP = {  # `invoke push`'s flags for Origin.from_flags
+    "git_ref": "for CI, with --default-branch and --commit: the git ref built (e.g. refs/heads/main); only the "
+    "default branch publishes release tags, any other ref each cell's immutable tag with the commit appended",
+    "default_branch": "for CI: the repository's default branch, e.g. main (with --git-ref)",
+    "commit": "for CI: the commit built, its full SHA (with --git-ref)",
+}
+
 
 def slug(point: Candidate) -> str:
     """Every axis in one path- and tag-safe word, e.g. cuda11.8-torch2.1.2-py3.10-runtime."""

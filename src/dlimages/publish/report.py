@@ -12,13 +12,14 @@ from typing import Any
 
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
-from dlimages.core.runner import DEFAULT, Runner
+from dlimages.core.runner import DEFAULT, Result, Runner
 from dlimages.publish.push import INSPECT_TIMEOUT_S, PushError
 from dlimages.publish.pushplan import PushResult
 
 MANIFEST_TIMEOUT_S = 300.0
 VENV_PYTHON = "/opt/venv/bin/python"
 BASE_LABEL = "org.opencontainers.image.base"
+NO_ENTRYPOINT = 127  # `docker run`: the entrypoint is not in the image
 
 
 def build_report(
@@ -73,9 +74,16 @@ def image_manifest(image_ref: str, runner: Runner = DEFAULT, *, python: str | No
     }
     if python is not None:
         argv = ["docker", "run", "--rm", "--entrypoint", python, image_ref, "-m", "pip", "list", "--format=json"]
-        pip = _checked(runner, argv, image_ref, "pip list")
+        listed = runner(argv, timeout=MANIFEST_TIMEOUT_S)
+        if listed.code == NO_ENTRYPOINT and "no such file" in listed.err:
+            return _dpkg(manifest, runner, image_ref)  # an image without the venv (a base): "pip": None
+        pip = _checked(runner, argv, image_ref, "pip list", listed)
         packages = json.loads(pip)
         manifest["pip"] = {item["name"]: item["version"] for item in sorted(packages, key=lambda i: i["name"].lower())}
+    return _dpkg(manifest, runner, image_ref)
+
+
+def _dpkg(manifest: dict[str, Any], runner: Runner, image_ref: str) -> dict[str, Any]:
     # The status column keeps out packages that are only remembered (removed, config files left).
     status_format = "${db:Status-Abbrev}\t${Package}=${Version}\n"
     argv = ["docker", "run", "--rm", "--entrypoint", "dpkg-query", image_ref, "-W", "-f", status_format]
@@ -85,8 +93,8 @@ def image_manifest(image_ref: str, runner: Runner = DEFAULT, *, python: str | No
     return manifest
 
 
-def _checked(runner: Runner, argv: list[str], image_ref: str, what: str) -> str:
-    done = runner(argv, timeout=MANIFEST_TIMEOUT_S)
+def _checked(runner: Runner, argv: list[str], image_ref: str, what: str, done: Result | None = None) -> str:
+    done = done or runner(argv, timeout=MANIFEST_TIMEOUT_S)
     if not done.ok:
         raise PushError(f"{what} in {image_ref} failed: {done.last_line}")
     return done.out

@@ -65,6 +65,7 @@ def test_argv_passes_the_build_args(plan: BuildPlan) -> None:
         "BASE_NAME": "docker.io/library/ubuntu:22.04",
         "BASE_DIGEST": "",
         "SOURCE_DATE_EPOCH": "0",
+        "CREATED": "1970-01-01T00:00:00Z",  # the same time, as RFC 3339 for the created label
         "REVISION": "abc1234",
         "MIRROR_PROFILE": "cloud",
         "APT_MIRROR": "http://cloud.example.net/ubuntu/",

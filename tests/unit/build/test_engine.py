@@ -4,6 +4,7 @@ The real thing (no engine running, `invoke build` starts one) is measured in doc
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -125,8 +126,8 @@ def test_the_engine_script_run_by_hand_outside_the_projects_python_finds_the_mir
 
 @pytest.mark.parametrize("fixtures", [0, 1])
 def test_the_engine_script_installs_the_test_fixtures_only_when_asked(fixtures: int) -> None:
-    """A user's first build needs the engine, buildx, skopeo, mmdebstrap and dpkg-dev (dpkg-scanpackages); a registry
-    and a browser are the tests'."""
+    """A user's first build needs the engine, buildx, skopeo, mmdebstrap and dpkg-dev (dpkg-scanpackages), and a push
+    cosign; a registry and a browser are the tests'."""
     script = Path(__file__).resolve().parents[3] / ENGINE_SCRIPT
     done = subprocess.run(
         ["bash", "-c", f'source "$1" && FIXTURES={fixtures} && wanted_packages', "bash", str(script)],
@@ -135,7 +136,7 @@ def test_the_engine_script_installs_the_test_fixtures_only_when_asked(fixtures: 
         check=True,
     )
     wanted = {line.split("=")[0] for line in done.stdout.split()}
-    assert {"docker.io", "docker-cli", "docker-buildx", "skopeo", "mmdebstrap", "dpkg-dev"} <= wanted
+    assert {"docker.io", "docker-cli", "docker-buildx", "cosign", "skopeo", "mmdebstrap", "dpkg-dev"} <= wanted
     fixtures_wanted = wanted & {"docker-registry", "apache2-utils", "chromium", "chromium-driver"}
     assert fixtures_wanted == (
         {"docker-registry", "apache2-utils", "chromium", "chromium-driver"} if fixtures else set()
@@ -147,3 +148,86 @@ def test_the_engine_script_refuses_an_unknown_argument_and_names_the_allowed_one
     done = subprocess.run(["bash", str(script), "--fixture"], capture_output=True, text=True, check=False)
     assert done.returncode == 1
     assert "unknown argument '--fixture'" in done.stderr and "[--fixtures]" in done.stderr
+
+
+# engine.sh's functions with the ones that touch the host (apt, root, dockerd) replaced by stand-ins that say what
+# they were asked; `docker` answers as an engine with buildx does.
+STAND_INS = """
+apt_install() { echo "apt-get install $*"; }
+need_root() { echo "needs root: $1"; }
+engine_answers() { return 0; }
+docker() { :; }
+warn_if_not_reproducible() { :; }
+pgrep() { return 1; }
+getent() { return 0; }
+start_dockerd() { echo "dockerd started"; }
+"""
+
+
+def engine_script_beside_an_engine(tmp_path: Path, call: str, *, cosign: bool, fixtures: int) -> tuple[str, Path]:
+    """Run `call` (main or own) where dockerd and buildx are there already, on a PATH that holds cosign only when
+    `cosign` and on which no fixture package is installed; what it printed, and the apt folder it may write."""
+    bin_dir, apt = tmp_path / "bin", tmp_path / "apt"
+    bin_dir.mkdir()
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "preferences.d").mkdir()
+    for tool in ("mkdir", "touch", "chmod", "head", "cat", "paste", "sed", "awk"):
+        found = shutil.which(tool)
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    for tool in ("dockerd", "dpkg-query", *(["cosign"] if cosign else [])):
+        (bin_dir / tool).write_text("#!/bin/sh\nexit 1\n" if tool == "dpkg-query" else "#!/bin/sh\n")
+        (bin_dir / tool).chmod(0o755)
+    script = Path(__file__).resolve().parents[3] / ENGINE_SCRIPT
+    program = f'source "$1" && FIXTURES={fixtures} && {STAND_INS} {call}'
+    done = subprocess.run(
+        [shutil.which("bash") or "bash", "-c", program, "bash", str(script)],
+        env={"PATH": str(bin_dir), "APT_DIR": str(apt), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout, apt
+
+
+@pytest.mark.parametrize("call", ["main http://mirror.example/debian", "own {dir} http://mirror.example/debian"])
+@pytest.mark.parametrize(("cosign", "fixtures"), [(False, 0), (False, 1), (True, 0), (True, 1)])
+def test_beside_an_engine_that_is_there_only_cosign_and_the_asked_fixtures_are_installed(
+    tmp_path: Path, call: str, cosign: bool, fixtures: int
+) -> None:
+    """`main` where an engine answers (the host may run another Docker) and `--own` where dockerd and buildx are
+    installed: never an engine package; cosign from trixie when none is on PATH, in the same apt-get as the
+    fixtures."""
+    said, apt = engine_script_beside_an_engine(
+        tmp_path, call.format(dir=tmp_path / "engine"), cosign=cosign, fixtures=fixtures
+    )
+    installs = [line.split()[2:] for line in said.splitlines() if line.startswith("apt-get install ")]
+    fixture_packages = "docker-registry apache2-utils openssl chromium chromium-driver fonts-dejavu-core".split()
+    expected = ([] if cosign else ["cosign"]) + (fixture_packages if fixtures else [])
+    assert installs == ([expected] if expected else [])
+    assert f"needs root: installing {' '.join(expected)}" in said if expected else "needs root: installing" not in said
+    pin = apt / "preferences.d/dlimages-trixie"
+    assert pin.exists() == (not cosign)  # the trixie source is written only when something comes from it
+    if not cosign:
+        assert "URIs: http://mirror.example/debian\n" in (apt / "sources.list.d/dlimages-trixie.sources").read_text()
+
+
+def test_the_trixie_pin_lets_only_the_engine_and_cosign_come_from_trixie(tmp_path: Path) -> None:
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "preferences.d").mkdir()
+    script = Path(__file__).resolve().parents[3] / ENGINE_SCRIPT
+    subprocess.run(
+        ["bash", "-c", 'source "$1" && write_trixie_source http://mirror.example/debian', "bash", str(script)],
+        env={**os.environ, "APT_DIR": str(tmp_path)},
+        capture_output=True,
+        check=True,
+    )
+    stanzas = [
+        dict(line.split(": ", 1) for line in stanza.splitlines() if not line.startswith("#"))
+        for stanza in (tmp_path / "preferences.d/dlimages-trixie").read_text().split("\n\n")
+    ]
+    assert stanzas == [
+        {"Package": "*", "Pin": "release n=trixie", "Pin-Priority": "1"},
+        {"Package": "docker.io docker-cli docker-buildx cosign", "Pin": "release n=trixie", "Pin-Priority": "990"},
+    ]

@@ -43,8 +43,16 @@ def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() 
     disk = steps.index(f"invoke disk --need {ci.DISK_NEED_GB}")
     assert disk == 1 and ci.DISK_NEED_GB > 0
     builds = [i for i, command in enumerate(steps) if command.startswith("invoke build ")]
-    push = next(i for i, command in enumerate(steps) if command.startswith("invoke push "))
+    push = next(i for i, command in enumerate(steps) if "invoke push " in command)
     assert len(builds) == len(ci.BUILDS) and disk < min(builds) and max(builds) < push
+    # The push signs and attests with a key made for the run, and both CI images must then verify against it.
+    [key] = [i for i, command in enumerate(steps) if "cosign generate-key-pair" in command]
+    assert key < push and f"--sign-key /repo/{ci.SIGNING}/cosign.key" in steps[push]
+    verified = [i for i, command in enumerate(steps) if command.startswith("invoke verify ")]
+    assert [steps[i].split()[3] for i in verified] == [
+        f"127.0.0.1:{ci.REGISTRY_PORT}/{image}" for image in (ci.PYTORCH_IMAGE, ci.TENSORFLOW_IMAGE)
+    ]
+    assert min(verified) > push and all(f"--key /repo/{ci.SIGNING}/cosign.pub" in steps[i] for i in verified)
     # The proof of reproducibility rebuilds the PyTorch cell cold and compares it with the image CI built first.
     [repro] = [i for i, command in enumerate(steps) if "invoke repro " in command]
     assert max(builds) < repro and "--against lab/pytorch-universal-dev:" in steps[repro]

@@ -32,7 +32,7 @@ def tasks(monkeypatch: pytest.MonkeyPatch) -> dict[str, Task]:
 
 
 def test_each_task_has_exactly_the_flags_of_its_command_in_their_order(tasks: dict[str, Task]) -> None:
-    assert len(tasks) == 19
+    assert len(tasks) == 20
     for name, task in tasks.items():
         arguments = task.get_arguments()  # once: Invoke hands each flag its help as it makes the arguments
         declared = [param.name for param in flag_parameters(getattr(commands, name))]

@@ -36,6 +36,10 @@ NODE24 = {
     "actions/upload-artifact": ("bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "v7.0.0"),
     "actions/download-artifact": ("3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "v8.0.1"),
 }
+# ... or whose action.yml says `runs: using: composite` (shell steps, no Node at all).
+COMPOSITE = {
+    "sigstore/cosign-installer": ("6f9f17788090df1f26f669e9d70d6ae9567deba6", "v4.1.2"),
+}
 COMMIT = "c0ffee00" * 5
 OTHER = "decade00" * 5
 
@@ -114,7 +118,7 @@ def test_the_workflows_are_the_four_hand_written_ones() -> None:
 
 
 @pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
-def test_every_action_is_a_node24_release_pinned_by_commit_with_its_tag_in_a_comment(path: Path) -> None:
+def test_every_action_is_a_node24_or_composite_release_pinned_by_commit_with_its_tag_in_a_comment(path: Path) -> None:
     lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if "uses:" in line]
     assert lines
     for line in lines:
@@ -123,7 +127,8 @@ def test_every_action_is_a_node24_release_pinned_by_commit_with_its_tag_in_a_com
             continue  # this repository's own workflow, at the same commit
         action, _, sha = target.partition("@")
         assert re.fullmatch(r"[0-9a-f]{40}", sha), f"{line}: not pinned to a full commit SHA"
-        assert (sha, line.rsplit("# ", 1)[-1]) == NODE24.get(action), f"{line}: not a pinned Node 24 release"
+        pinned = NODE24.get(action) or COMPOSITE.get(action)
+        assert (sha, line.rsplit("# ", 1)[-1]) == pinned, f"{line}: not a pinned Node 24 or composite release"
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
@@ -145,6 +150,7 @@ def test_least_privilege_no_token_left_in_git_and_no_expression_in_a_script(name
     }
     assert writes == {
         "images.build.packages",
+        "images.build.id-token",  # signs keyless what it pushes
         "images.gpu.actions",  # starts gpu.yml, which waits for its own environment's approval
         "lock.pull-request.contents",
         "lock.pull-request.pull-requests",
@@ -372,10 +378,36 @@ def test_release_tags_are_pushed_from_the_default_branch_only(
     code, log = run_step(push, tmp_path, env)
     assert code == 0, log
     [argv] = [c for c in calls(log, "invoke") if c[:1] == ["push"]]
-    assert published(argv) == expected
+    assert published(argv) == expected and "--keyless" in argv
     assert argv.count("--registry") == 2 and "ghcr.io/lab" in argv
     assert "ghs_s3cr3t" not in log and "pa55word" not in log  # never on a command line
     assert ["login", "registry.example:5000", "--username", "ci", "--password-stdin"] in calls(log, "docker")
+
+
+@pytest.mark.parametrize("key", ["", "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nc2VjcmV0\n"])
+def test_the_push_signs_keyless_and_with_the_repositorys_own_key_where_the_secret_holds_one(
+    tmp_path: Path, bin_dir: Path, key: str
+) -> None:
+    build = ALL["images"]["jobs"]["build"]
+    push, install = step("images", "build", "push"), step("images", "build", "install cosign")
+    assert build["permissions"]["id-token"] == "write"
+    assert build["steps"].index(install) < build["steps"].index(push) and install["if"] == push["if"]
+    for name in ("COSIGN_PRIVATE_KEY", "COSIGN_PASSWORD"):  # from secrets to the environment, never to a script
+        assert push["env"][name] == "${{ secrets.NAME }}".replace("NAME", name)
+    fake(bin_dir, "invoke", 'echo "DLIMAGES_SIGN_KEY=${DLIMAGES_SIGN_KEY-unset}" >>"$FAKE_LOG"')
+    fake(bin_dir, "docker", "cat >/dev/null")
+    env = {"GITHUB_REF": "refs/heads/main", "GITHUB_SHA": COMMIT, "DEFAULT_BRANCH": "main", "OWNER": "lab"}
+    env |= {"GHCR_TOKEN": "ghs_s3cr3t", "COSIGN_PRIVATE_KEY": key, "COSIGN_PASSWORD": "pw" if key else ""}
+    code, log = run_step(push, tmp_path, env)
+    assert code == 0, log
+    [argv] = [c for c in calls(log, "invoke") if c[:1] == ["push"]]
+    assert "--keyless" in argv
+    # cosign reads the key from the variable it names: the key itself is on no command line, nor the variable set
+    # (to an empty key) where the secret is not.
+    assert re.findall(r"DLIMAGES_SIGN_KEY=(.*)", log) == ["env://COSIGN_PRIVATE_KEY" if key else "unset"]
+    assert "c2VjcmV0" not in log
+    # The weekly rebuild's push to a registry on the runner publishes nothing, and signs nothing.
+    assert "--no-sign" in step("images", "build", "build report")["run"]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -443,26 +475,39 @@ def test_the_lock_workflow_proposes_only_locks_and_what_renders_from_them(
     assert create[create.index("--base") + 1] == "main" and "could not be resolved" in create[-1]
 
 
-def test_the_gpu_node_smokes_and_benches_what_the_doctor_says_it_runs_with_its_own_docker_config(
+def test_the_gpu_node_smokes_and_benches_what_the_doctor_says_it_runs_each_verified_first(
     tmp_path: Path, bin_dir: Path
 ) -> None:
     rows = [
-        {"image": "lab/x", "tags": ["v1-a", "v1"], "runs": True},
+        {"image": "lab/x", "tags": ["v1-a", "v1"], "runs": True},  # its smoke fails
         {"image": "lab/x", "tags": ["v1-b"], "runs": False},
         {"image": "lab/x", "tags": ["v1-c"], "runs": True},
+        {"image": "lab/x", "tags": ["v1-d"], "runs": True},  # not signed by this repository's workflows: refused
     ]
     (tmp_path / "doctor.json").write_text(json.dumps(rows))
     venv = tmp_path / "runner-temp/venv/bin"
     venv.mkdir(parents=True)
     os.symlink(sys.executable, venv / "python")
-    fake(venv, "invoke", f'case "$1" in doctor) cat {tmp_path / "doctor.json"} ;; smoke) [[ "$3" != *v1-a ]] ;; esac')
+    doctor = f"doctor) cat {tmp_path / 'doctor.json'} ;;"
+    refuse = 'smoke|bench) [[ "$3" != *v1-a && "$3" != *v1-d ]] || { [[ "$1" == smoke ]]; exit 1; } ;;'
+    fake(venv, "invoke", f'case "$1" in {doctor} {refuse} esac')
     fake(bin_dir, "docker", 'echo "DOCKER_CONFIG=$DOCKER_CONFIG" >>"$FAKE_LOG"; [ "$1" != login ] || cat >/dev/null')
     env = {"REGISTRIES": "registry.example/team", "OWNER": "lab", "REGISTRY_PASSWORD": "pa55", "REGISTRY_USERNAME": "u"}
+    env["GITHUB_REPOSITORY"] = "lab/dl.images"
     code, log = run_step(step("gpu", "gpu", "smoke and bench the cells this node runs"), tmp_path, env)
-    assert code == 1, log  # one cell failed; the other still ran
-    assert [c[1] for c in calls(log, "docker") if c[0] == "pull"] == ["registry.example/team/lab/x:v1-a",
-                                                                      "registry.example/team/lab/x:v1-c"]  # fmt: skip
-    assert [c[2] for c in calls(log, "invoke") if c[0] == "bench"] == ["registry.example/team/lab/x:v1-c"]
+    assert code == 1, log  # two cells failed; the other still ran
+    identity = r"^https://github\.com/lab/dl\.images/\.github/workflows/"
+    x = "registry.example/team/lab/x"
+    runs = [c for c in calls(log, "invoke") if c[0] in ("smoke", "bench", "verify")]
+    # smoke and bench verify the image themselves (signed keyless by this repository) and run the digest they
+    # verified; never --no-verify. The tag each pulled is removed after.
+    assert runs == [
+        [task, "--image", f"{x}:{tag}", "--identity", identity, "--no-engine-setup"]
+        for tag, tasks in (("v1-a", ["smoke"]), ("v1-c", ["smoke", "bench"]), ("v1-d", ["smoke"]))
+        for task in tasks
+    ]
+    removed = [c[-1] for c in calls(log, "docker") if c[:2] == ["image", "rm"]]
+    assert removed == [f"{x}:{tag}" for tag in ("v1-a", "v1-c", "v1-d")]
     assert set(re.findall(r"DOCKER_CONFIG=(.*)", log)) == {str(tmp_path / "runner-temp/docker-config")}
     assert "pa55" not in log.replace("REGISTRY_PASSWORD", "")
 

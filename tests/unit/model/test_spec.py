@@ -144,8 +144,8 @@ def test_unknown_key_names_its_path_and_the_allowed_keys(report: Report, data: d
 def test_unknown_top_level_key(report: Report, data: dict[str, Any]) -> None:
     data["flavours"] = data["flavors"]
     assert (
-        "error: matrix.yaml: flavours: unknown key (allowed: schema_version, release, images, axes, flavors, cuda, "
-        "os, nvidia_cuda, arch_lists, frameworks, partials, packages, mirrors)"
+        "error: matrix.yaml: flavours: unknown key (allowed: schema_version, release, publisher, images, axes, "
+        "flavors, cuda, os, nvidia_cuda, arch_lists, frameworks, partials, packages, mirrors)"
     ) in report(data).splitlines()
 
 

@@ -125,8 +125,8 @@ def test_a_matrix_near_the_limits_loads() -> None:
     text = _edit("arch_lists:", f"x-shared: [{', '.join(archs)}]\narch_lists:", text)
     report = _report(text)  # x-shared is an unknown key, and the only problem
     assert report == (
-        "error: matrix.yaml: x-shared: unknown key (allowed: schema_version, release, images, axes, flavors, cuda, "
-        "os, nvidia_cuda, arch_lists, frameworks, partials, packages, mirrors)"
+        "error: matrix.yaml: x-shared: unknown key (allowed: schema_version, release, publisher, images, axes, "
+        "flavors, cuda, os, nvidia_cuda, arch_lists, frameworks, partials, packages, mirrors)"
     )
 
 

@@ -190,13 +190,20 @@ ARG REVISION=unknown
 # Where the base came from (`invoke build` passes them: the registry, mirror or own, and the digest it pulled).
 ARG BASE_NAME=ubuntu:22.04
 ARG BASE_DIGEST=
+# SOURCE_DATE_EPOCH as RFC 3339 (`invoke build` passes it): the time of the commit, never of the build.
+ARG CREATED=1970-01-01T00:00:00Z
+# licenses: the framework's own, NVIDIA's for the CUDA libraries, and the licenses of the OS and Python packages the
+# image holds (each package's own: /usr/share/doc/*/copyright, the venv's *.dist-info; the SBOM lists them all).
 LABEL org.opencontainers.image.title="test/pytorch-dev" \
       org.opencontainers.image.version="v0.9-cuda11.8-torch2.1.2-py3.10-runtime" \
       org.opencontainers.image.description="PyTorch 2.1.2, CUDA 11.8.0, Python 3.10, runtime" \
       org.opencontainers.image.base.name="${BASE_NAME}" \
       org.opencontainers.image.base.digest="${BASE_DIGEST}" \
       org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.licenses="BSD-3-Clause AND LicenseRef-NVIDIA-CUDA AND LicenseRef-OS-and-Python-packages" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.vendor="test-lab" \
+      org.opencontainers.image.source="https://github.com/test-org/test-repo" \
       io.dlimages.cell="cuda11.8-torch2.1.2-py3.10-runtime" \
       io.dlimages.cuda="11.8" \
       io.dlimages.cuda-toolkit="11.8.0" \

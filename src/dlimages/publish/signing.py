@@ -1,0 +1,375 @@
+"""Signatures and attestations on pushed digests, with cosign, and their verification before an image runs.
+
+`sign_pushed` signs each pushed REPOSITORY@DIGEST and attaches two attestations (attest.py's SBOM and provenance):
+with a key (a file, a KMS URI or env://VAR; no transparency log unless asked, as behind a firewall), keyless with
+the ambient OIDC identity (GitHub's workflows), or both. cosign stores them beside the image as tags of their own:
+the image's digest does not change. `verify` resolves a tag to the digest it names once, checks the signature and
+both attestations against a key or an identity, and checks that the SBOM lists exactly the image's own Python lock
+and dpkg status, read from a container that is created and never started. Every command runs through the Runner.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlimages.core.errors import InputError, Problem
+from dlimages.core.references import split_tag
+from dlimages.core.runner import DEFAULT, Result, Runner, run_folder
+from dlimages.publish import attest
+from dlimages.publish.audit import VULN_TYPE, Scan, audit
+from dlimages.publish.pushplan import PushResult, daemon_treats_as_insecure
+
+COSIGN_TIMEOUT_S = 300.0
+PULL_TIMEOUT_S = 3600.0
+GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
+BASE_LOCK = "images/base-debian12.apt.lock"  # the offline base's packages, for cells built on it
+SIGN_KEY_ENV, KEYLESS_ENV = "DLIMAGES_SIGN_KEY", "DLIMAGES_KEYLESS"
+VERIFY_KEY_ENV, IDENTITY_ENV, ISSUER_ENV = "DLIMAGES_VERIFY_KEY", "DLIMAGES_VERIFY_IDENTITY", "DLIMAGES_VERIFY_ISSUER"
+NO_VERIFY_SKIPS = "the signature, the SBOM and the provenance are not checked, and the image runs by its tag"
+SIGN_HELP = {  # `invoke push`'s flags
+    "sign_key": "cosign private key to sign and attest each pushed digest: file, KMS URI or env://VAR "
+    f"(${SIGN_KEY_ENV}; its password from $COSIGN_PASSWORD)",
+    "keyless": "also sign keyless with the ambient OIDC identity (GitHub workflows; needs Sigstore)",
+    "no_sign": "push without signature, SBOM and provenance even where a key is configured",
+}
+VERIFY_HELP = {  # `invoke verify`'s, and smoke's and bench's
+    "key": f"cosign public key the signature must verify against: file, KMS URI or env://VAR (${VERIFY_KEY_ENV})",
+    "identity": r"keyless: regex the signer's identity must match, e.g. ^https://github\.com/ORG/REPO/ "
+    f"(${IDENTITY_ENV})",
+    "issuer": f"keyless: the identity's OIDC issuer (default: GitHub Actions'; ${ISSUER_ENV})",
+    "tlog": "require (push: upload) the transparency log entry; without it a key's signature is checked offline",
+    "no_verify": f"run without verifying: {NO_VERIFY_SKIPS}",
+}
+_DIGEST_LINE = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$", re.M)
+
+
+class SigningError(Exception):
+    """A signature or attestation that could not be made or does not verify; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Signing:
+    """Who signs a push: a cosign key reference, the ambient OIDC identity (keyless), or both; none: unsigned."""
+
+    key: str | None = None
+    keyless: bool = False
+    tlog: bool = False  # upload to the transparency log with a key too (keyless always does)
+
+    @classmethod
+    def from_flags(
+        cls, sign_key: str | None, keyless: bool, no_sign: bool, tlog: bool, env: Mapping[str, str] = os.environ
+    ) -> Signing:
+        key = sign_key or env.get(SIGN_KEY_ENV) or None
+        keyless = keyless or env.get(KEYLESS_ENV, "") in {"1", "true"}
+        if no_sign:
+            if sign_key or keyless:
+                given = "--sign-key" if sign_key else "--keyless"
+                raise InputError([Problem("--no-sign", f"given with {given}", "one of them")])
+            return cls()
+        return cls(key, keyless, tlog)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.key or self.keyless)
+
+    def signers(self) -> list[list[str]]:
+        """cosign's flags for each signer: the key's, then keyless."""
+        found = [["--key", self.key, *([] if self.tlog else ["--tlog-upload=false"])]] if self.key else []
+        return found + ([[]] if self.keyless else [])
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What `verify` accepts: a signature by the public key, or by an identity (keyless certificate) matching the
+    regular expression, issued by `issuer`. Without the transparency log (`tlog` False) a key's signature is taken
+    as the registry holds it; a keyless one always needs the log."""
+
+    key: str | None = None
+    identity: str | None = None
+    issuer: str = GITHUB_ISSUER
+    tlog: bool = False
+
+    @classmethod
+    def from_flags(
+        cls,
+        key: str | None,
+        identity: str | None,
+        issuer: str | None,
+        tlog: bool,
+        env: Mapping[str, str] = os.environ,
+    ) -> Trust:
+        key = key or env.get(VERIFY_KEY_ENV) or None
+        identity = identity or env.get(IDENTITY_ENV) or None
+        issuer = issuer or env.get(ISSUER_ENV) or GITHUB_ISSUER
+        problems = []
+        if not key and not identity:
+            problems.append(
+                Problem(
+                    "--key",
+                    f"no key and no identity to verify against (nor {VERIFY_KEY_ENV} or {IDENTITY_ENV})",
+                    "--key cosign.pub (a file, KMS URI or env://VAR), or --identity REGEX [--issuer URL] for a "
+                    "keyless signature; --no-verify to run without checking",
+                )
+            )
+        if key and identity:
+            problems.append(Problem("--identity", "given with --key", "one of them"))
+        if identity:
+            try:
+                re.compile(identity)
+            except re.error as error:
+                problems.append(Problem("--identity", f"{identity!r} is not a regular expression ({error})", "a regex"))
+        if problems:
+            raise InputError(problems)
+        return cls(key, identity, issuer, tlog)
+
+    def flags(self) -> list[str]:
+        if self.key:
+            return ["--key", self.key, *([] if self.tlog else ["--insecure-ignore-tlog=true"])]
+        return ["--certificate-identity-regexp", str(self.identity), "--certificate-oidc-issuer", self.issuer]
+
+    def describe(self) -> str:
+        return f"key {self.key}" if self.key else f"identity {self.identity} ({self.issuer})"
+
+
+@dataclass(frozen=True)
+class Verified:
+    """An image whose signature and attestations verified: its REPOSITORY@DIGEST and what was checked."""
+
+    ref: str
+    lines: tuple[str, ...] = field(default_factory=tuple)
+
+
+def sign_pushed(
+    results: Sequence[PushResult],
+    signing: Signing,
+    root: Path,
+    runner: Runner = DEFAULT,
+    registry_config: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Sign and attest each distinct pushed REPOSITORY@DIGEST (an image pushed under several tags once): the SBOM,
+    the provenance, and the vulnerability scan where one could be made; a line per digest. Raises SigningError
+    naming the digest and cosign's reason."""
+    done: dict[str, str] = {}
+    made: dict[str, tuple[attest.ImageFacts, Scan]] = {}
+    for result in results:
+        ref = f"{result.repository}@{result.digest}"
+        if not result.ok or ref in done:
+            continue
+        if result.ref not in made:
+            facts = image_facts(result.ref, root, runner)
+            made[result.ref] = (facts, audit(facts.files.get(attest.PYTHON_LOCK), runner))
+        facts, scan = made[result.ref]
+        http = _http(result.registry, runner, registry_config)
+        with _folder() as folder:
+            documents = {attest.SBOM_TYPE: attest.sbom(facts), attest.PROVENANCE_TYPE: attest.provenance(facts)}
+            if scan.predicate is not None:
+                documents[VULN_TYPE] = scan.predicate
+            for number, flags in enumerate(signing.signers()):
+                _cosign(runner, ["sign", "--yes", *flags, *http, ref], f"signing {ref}")
+                for kind, document in documents.items():
+                    predicate = folder / f"{kind}.json"
+                    predicate.write_bytes(document)
+                    replace = ["--replace"] if number == 0 else []  # a push again replaces, not piles up
+                    argv = ["attest", "--yes", *flags, *http, *replace, "--type", kind, "--predicate", str(predicate)]
+                    _cosign(runner, [*argv, ref], f"attaching the {kind} attestation to {ref}")
+        done[ref] = f"signed {ref}, its SBOM and provenance attached; vulnerability scan {scan.summary}"
+    return list(done.values())
+
+
+def image_facts(ref: str, root: Path, runner: Runner = DEFAULT) -> attest.ImageFacts:
+    """What the SBOM and provenance say of a local image: its labels and `Created`, its files (attest.IMAGE_FILES),
+    the lock files of its cell at its commit (the working tree's for a commit marked -dirty or unknown), and the
+    engine and buildx that hold it."""
+    info = _inspect(ref, runner)
+    labels = dict((info.get("Config") or {}).get("Labels") or {})
+    locks = _lock_digests(root, labels, runner)
+    return attest.ImageFacts(labels, str(info.get("Created", "")), read_files(ref, runner), locks, _builder(runner))
+
+
+def verify(
+    image: str, trust: Trust, runner: Runner = DEFAULT, registry_config: Mapping[str, Any] | None = None
+) -> Verified:
+    """Resolve `image` to the digest its tag names now (pulling it), then check, against `trust`: the signature,
+    the SBOM and provenance attestations, the SBOM against the image's files and the provenance's commit and base
+    against the image's labels. Raises SigningError with the first reason it does not verify."""
+    ref = resolve(image, runner)
+    http = _http(ref, runner, registry_config)
+    moved = "" if "@" in image else f" ({image} names this digest now: the tag was moved, or the image never signed)"
+    signed = _cosign(runner, ["verify", *trust.flags(), *http, ref], "", check=False)
+    if not signed.ok:
+        raise SigningError(
+            f"{ref}: {_signature_problem(signed, trust)}{moved if 'no signatures' in signed.err else ''}"
+        )
+    predicates = {}
+    for kind in (attest.SBOM_TYPE, attest.PROVENANCE_TYPE):
+        found = _cosign(runner, ["verify-attestation", *trust.flags(), *http, "--type", kind, ref], "", check=False)
+        if not found.ok:
+            raise SigningError(f"{ref}: no {kind} attestation signed by {trust.describe()}: {_cosign_reason(found)}")
+        predicates[kind] = _predicates(found.out, ref)
+    files = read_files(ref, runner)
+    for document in predicates[attest.SBOM_TYPE]:
+        problems = attest.sbom_mismatch(document, files)
+        if problems:
+            raise SigningError(f"{ref}: the SBOM does not describe this image: " + "; ".join(problems))
+    labels = dict((_inspect(ref, runner).get("Config") or {}).get("Labels") or {})
+    revision = labels.get("org.opencontainers.image.revision", "unknown")
+    for document in predicates[attest.PROVENANCE_TYPE]:
+        commits = [d.get("digest", {}).get("gitCommit") for d in document["buildDefinition"]["resolvedDependencies"]]
+        if revision not in commits:
+            raise SigningError(f"{ref}: the provenance names commit {commits[0]}, the image's label {revision}")
+    sbom = predicates[attest.SBOM_TYPE][0]
+    counts = {
+        kind: sum(str(c.get("purl", "")).startswith(f"pkg:{kind}/") for c in sbom["components"])
+        for kind in ("pypi", "deb")
+    }
+    internal = predicates[attest.PROVENANCE_TYPE][0]["buildDefinition"]["internalParameters"]
+    base = "@".join(part for part in (internal["BASE_NAME"], internal["BASE_DIGEST"]) if part) or "none recorded"
+    return Verified(
+        ref,
+        (
+            f"signature: {trust.describe()}",
+            f"SBOM (CycloneDX): {counts['pypi']} Python packages = {attest.PYTHON_LOCK}, "
+            f"{counts['deb']} Debian packages = {attest.DPKG_STATUS}",
+            f"provenance (SLSA v1): commit {revision}, base {base}",
+        ),
+    )
+
+
+def resolve(image: str, runner: Runner = DEFAULT) -> str:
+    """REPOSITORY@DIGEST for `image`: pulled once (a digest ref stays as it is), so the digest is the very content
+    the engine now holds; SigningError when it cannot be pulled."""
+    pulled = runner(["docker", "pull", image], timeout=PULL_TIMEOUT_S)
+    if not pulled.ok:
+        raise SigningError(f"cannot pull {image}: {pulled.last_line}")
+    if "@" in image:
+        return image
+    digest = _DIGEST_LINE.search(pulled.out)
+    if digest is None:
+        raise SigningError(f"`docker pull {image}` named no digest: {pulled.last_line}")
+    return f"{split_tag(image)[0]}@{digest.group(1)}"
+
+
+def read_files(ref: str, runner: Runner = DEFAULT, paths: Sequence[str] = attest.IMAGE_FILES) -> dict[str, str | None]:
+    """The text of each file in the image (None where it has none), copied out of a container that is created
+    and removed without ever running."""
+    created = runner(["docker", "create", "--entrypoint", "/bin/true", ref])
+    if not created.ok:
+        raise SigningError(f"cannot read {ref}: {created.last_line}")
+    container = created.out.strip()
+    files: dict[str, str | None] = {}
+    try:
+        with _folder() as folder:
+            for number, path in enumerate(paths):
+                target = folder / str(number)
+                copied = runner(["docker", "cp", f"{container}:{path}", str(target)])
+                files[path] = target.read_text(encoding="utf-8", errors="replace") if copied.ok else None
+    finally:
+        runner(["docker", "rm", "-f", container])
+    return files
+
+
+def _predicates(out: str, ref: str) -> list[dict[str, Any]]:
+    """The predicates of the DSSE envelopes `cosign verify-attestation` prints, one JSON object per line."""
+    found = []
+    for line in out.splitlines():
+        if not line.strip().startswith("{"):
+            continue
+        statement = json.loads(base64.b64decode(json.loads(line)["payload"]))
+        found.append(statement["predicate"])
+    if not found:
+        raise SigningError(f"{ref}: cosign verified an attestation but printed none")
+    return found
+
+
+def _signature_problem(done: Result, trust: Trust) -> str:
+    text = done.err + done.out
+    if "no signatures found" in text:
+        return "not signed"
+    if "no matching signatures" in text or "invalid signature" in text or "none of the expected identities" in text:
+        return f"signed, but not by {trust.describe()}"
+    return f"the signature does not verify: {_cosign_reason(done)}"
+
+
+def _cosign_reason(done: Result) -> str:
+    if done.missing:
+        return "cosign is not installed: run `sudo bash scripts/engine.sh` (it installs cosign)"
+    lines = [line.strip() for line in (done.err or done.out).splitlines() if line.strip().startswith("Error")]
+    return lines[-1].removeprefix("Error: ") if lines else done.last_line
+
+
+def _cosign(runner: Runner, args: list[str], doing: str, *, check: bool = True) -> Result:
+    done = runner(["cosign", *args], timeout=COSIGN_TIMEOUT_S, env={**os.environ, "COSIGN_YES": "true"})
+    if check and not done.ok:
+        raise SigningError(f"{doing} failed: {_cosign_reason(done)}")
+    return done
+
+
+def _http(ref: str, runner: Runner, config: Mapping[str, Any] | None) -> list[str]:
+    """`--allow-http-registry` where dockerd itself reaches the registry without verified TLS (127.0.0.0/8 by
+    default): the same registries, no more."""
+    if config is None:
+        done = runner(["docker", "info", "--format", "{{json .RegistryConfig}}"])
+        config = json.loads(done.out) if done.ok and done.out.strip().startswith("{") else {}
+    return ["--allow-http-registry"] if daemon_treats_as_insecure(ref.split("/", 1)[0], config or {}) else []
+
+
+def _inspect(ref: str, runner: Runner) -> dict[str, Any]:
+    done = runner(["docker", "image", "inspect", ref])
+    if not done.ok:
+        raise SigningError(f"cannot inspect {ref}: {done.last_line}")
+    info: dict[str, Any] = json.loads(done.out)[0]
+    return info
+
+
+def _lock_digests(root: Path, labels: Mapping[str, str], runner: Runner) -> dict[str, str]:
+    cell, framework = labels.get("io.dlimages.cell"), labels.get("io.dlimages.framework")
+    if not cell or not framework:
+        return {}
+    folder = f"images/{framework}/{cell}"
+    revision = labels.get("org.opencontainers.image.revision", "")
+    wanted = [folder] + ([BASE_LOCK] if not labels.get("org.opencontainers.image.base.digest") else [])
+    digests = {}
+    if re.fullmatch(r"[0-9a-f]{40}", revision):
+        listed = runner(["git", "-C", str(root), "ls-tree", "-r", "--name-only", revision, "--", *wanted])
+        for path in listed.out.split() if listed.ok else ():
+            if path.endswith(".lock"):
+                shown = runner(["git", "-C", str(root), "show", f"{revision}:{path}"])
+                if shown.ok:
+                    digests[path] = hashlib.sha256(shown.out.encode()).hexdigest()
+        if digests:
+            return digests
+    for path in wanted:
+        found = [root / path] if (root / path).is_file() else sorted((root / path).glob("*.lock"))
+        digests |= {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in found}
+    return digests
+
+
+def _builder(runner: Runner) -> dict[str, str]:
+    """Who pushed: the workflow on GitHub (its ref names the workflow file and branch), else this tool; and the
+    engine and buildx versions."""
+    server, workflow = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_WORKFLOW_REF")
+    builder = {"id": f"{server}/{workflow}" if server and workflow else attest.BUILD_TYPE}
+    engine = runner(["docker", "version", "--format", "{{.Server.Version}}"])
+    buildx = runner(["docker", "buildx", "version"])
+    if engine.ok:
+        builder["docker"] = engine.out.strip()
+    if buildx.ok and len(buildx.out.split()) > 1:
+        builder["buildx"] = buildx.out.split()[1]
+    return builder
+
+
+@contextlib.contextmanager
+def _folder() -> Iterator[Path]:
+    """A fresh folder inside the run's private folder, removed on leaving."""
+    with tempfile.TemporaryDirectory(dir=run_folder()) as name:
+        yield Path(name)

@@ -1,0 +1,289 @@
+"""Signed pushes and `invoke verify` against the real engine, real cosign and real registries on 127.0.0.1
+(.ci/registry.sh, open and with basic auth): a signed push verifies; an unsigned image, a tag moved to another
+manifest, a signature by another key, an SBOM that no longer describes the image and a missing attestation each fail
+with their reason; two pushes attach the same SBOM and provenance bytes; smoke and bench refuse what does not
+verify and run what does by its digest.
+
+The images are small: the offline base (`dlimages/base:debian12`) with stand-in `dl-smoke` and `dl-bench` commands
+(the CI images' own signed push and verify are steps of `invoke ci`). Credentials and keys go to throwaway folders.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import free_port, require_engine
+
+from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.publish import attest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+REGISTRY_SH = REPO / ".ci" / "registry.sh"
+BASE = "dlimages/base:debian12"
+NAME = f"lab/test-signing-{os.getpid()}"
+PASSWORD = "not-a-secret"  # noqa: S105 (throwaway keys and registries)
+STAND_IN = '#!/bin/sh\necho "stand-in $(basename "$0") $*"\n'
+
+
+def docker(*args: str, stdin: str | None = None) -> str:
+    done = RUNNER.docker(*args, timeout=600, stdin=stdin)
+    if not done.ok:
+        pytest.fail(f"docker {' '.join(args)} failed: {done.err.strip()}", pytrace=False)
+    return done.out.strip()
+
+
+def invoke(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args, "--no-engine-setup"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env={**os.environ, "COSIGN_PASSWORD": PASSWORD},
+    )
+
+
+def cosign(*args: str, folder: Path) -> None:
+    done = RUNNER(["cosign", *args], cwd=folder, env={**os.environ, "COSIGN_PASSWORD": PASSWORD}, timeout=300)
+    if not done.ok:
+        pytest.fail(f"cosign {' '.join(args)} failed: {done.err.strip()}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """A throwaway DOCKER_CONFIG, two key pairs (ours and another's), and a tiny .deb to add to an image."""
+    require_engine()
+    if RUNNER.image_id(BASE) is None:
+        pytest.fail(f"{BASE} is missing: make it with `invoke base`", pytrace=False)
+    folder = tmp_path_factory.mktemp("signing")
+    keys = {}
+    for who in ("ours", "other"):
+        (folder / who).mkdir()
+        cosign("generate-key-pair", folder=folder / who)
+        keys[who] = folder / who / "cosign.key"
+    package = folder / "package"
+    (package / "DEBIAN").mkdir(parents=True)
+    control = "Package: dlimages-extra\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@t>\nDescription: t\n"
+    (package / "DEBIAN/control").write_text(control)
+    done = RUNNER(["dpkg-deb", "--build", str(package), str(folder / "extra.deb")])
+    assert done.ok, done.err
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DOCKER_CONFIG", str(folder / "docker-config"))
+        yield {"folder": folder, **keys}
+
+
+@pytest.fixture(scope="module")
+def registries(setup: dict[str, Path]) -> Iterator[dict[str, str]]:
+    """An open registry and one with basic auth (logged in through the throwaway DOCKER_CONFIG)."""
+    env = {**os.environ, "REGISTRY_STATE_DIR": str(setup["folder"] / "registries")}
+    started = {}
+    for kind, options in (("open", []), ("auth", ["--auth", f"user:{PASSWORD}"])):
+        name, port = f"pytest-{os.getpid()}-sign-{kind}", free_port()
+        done = RUNNER([str(REGISTRY_SH), "start", name, str(port), *options], env=env)
+        if not done.ok:
+            pytest.fail(f"registry.sh start {name} failed:\n{done.out}{done.err}", pytrace=False)
+        started[kind] = (name, f"127.0.0.1:{port}")
+    docker("login", started["auth"][1], "-u", "user", "--password-stdin", stdin=PASSWORD)
+    yield {kind: address for kind, (_, address) in started.items()}
+    for name, _ in started.values():
+        RUNNER([str(REGISTRY_SH), "stop", name], env=env)
+
+
+@pytest.fixture(scope="module")
+def images(setup: dict[str, Path]) -> Iterator[dict[str, str]]:
+    """Local images: `good` (the base with stand-in dl-smoke and dl-bench), `other` (another file), `extra`
+    (good plus a Debian package); tags removed at the end."""
+    made = {}
+    for kind, lines in (
+        ("good", []),
+        ("other", ["RUN echo other > /other"]),
+        ("extra", ["COPY extra.deb /tmp/", "RUN dpkg -i /tmp/extra.deb && rm /tmp/extra.deb"]),
+    ):
+        context = setup["folder"] / f"context-{kind}"
+        context.mkdir()
+        (context / "stand-in").write_text(STAND_IN)
+        (context / "extra.deb").write_bytes((setup["folder"] / "extra.deb").read_bytes())
+        copy = "COPY --chmod=0755 stand-in /usr/local/bin/dl-smoke\nCOPY --chmod=0755 stand-in /usr/local/bin/dl-bench"
+        (context / "Dockerfile").write_text("\n".join([f"FROM {BASE}", copy, *lines]) + "\n")
+        made[kind] = f"{NAME}:{kind}"
+        docker("buildx", "build", "--load", "--provenance=false", "--tag", made[kind], str(context))
+    yield made
+    # Every image of this run, under any name: the local tags, and what pushes and verify pulled from the registries.
+    listed = RUNNER.docker("image", "ls", "--format", "{{.Repository}} {{.ID}}").out.split("\n")
+    ids = {line.split()[1] for line in listed if line.split() and line.split()[0].endswith(NAME)}
+    if ids:
+        RUNNER.docker("image", "rm", "--force", *sorted(ids))
+
+
+def push(image: str, registry: str, tmp_path: Path, *flags: str) -> str:
+    """`invoke push` of one local image; the registry ref it is under."""
+    done = invoke("push", "--image", image, "--registry", registry, "--report", str(tmp_path / "report.json"), *flags)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return f"{registry}/{image}"
+
+
+def verify(ref: str, key: Path) -> subprocess.CompletedProcess[str]:
+    return invoke("verify", "--image", ref, "--key", str(key.with_suffix(".pub")))
+
+
+def digest_of(ref: str) -> str:
+    done = RUNNER(
+        ["skopeo", "inspect", "--tls-verify=false", f"docker://{ref}", "--format", "{{.Digest}}"],
+        env={**os.environ, "REGISTRY_AUTH_FILE": str(Path(os.environ["DOCKER_CONFIG"]) / "config.json")},
+    )
+    assert done.ok, done.err
+    return done.out.strip()
+
+
+@pytest.mark.parametrize("kind", ["open", "auth"])
+def test_a_signed_push_verifies_and_names_its_digest(
+    kind: str, registries: dict[str, str], images: dict[str, str], setup: dict[str, Path], tmp_path: Path
+) -> None:
+    ref = push(images["good"], registries[kind], tmp_path, "--sign-key", str(setup["ours"]))
+    done = verify(ref, setup["ours"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    repository = ref.rsplit(":", 1)[0]
+    assert done.stdout.strip().splitlines()[-1] == f"verified {repository}@{digest_of(ref)}"
+    assert f"0 Python packages = {attest.PYTHON_LOCK}" in done.stdout
+    assert f"Debian packages = {attest.DPKG_STATUS}" in done.stdout
+
+
+def test_two_pushes_attach_the_same_sbom_and_provenance(
+    registries: dict[str, str], images: dict[str, str], setup: dict[str, Path], tmp_path: Path
+) -> None:
+    documents = []
+    for registry in registries.values():  # one image, two pushes: the same commit, the same bytes
+        ref = push(images["good"], registry, tmp_path, "--sign-key", str(setup["ours"]))
+        for kind in (attest.SBOM_TYPE, attest.PROVENANCE_TYPE):
+            done = RUNNER(
+                [
+                    "cosign",
+                    "verify-attestation",
+                    "--key",
+                    str(setup["ours"].with_suffix(".pub")),
+                    "--type",
+                    kind,
+                    "--insecure-ignore-tlog=true",
+                    "--allow-http-registry",
+                    ref,
+                ],
+                timeout=300,
+            )
+            assert done.ok, done.err
+            payloads = [json.loads(base64.b64decode(json.loads(line)["payload"])) for line in done.out.splitlines()]
+            assert len(payloads) == 1  # pushed again: replaced, not piled up
+            documents.append(json.dumps(payloads[0]["predicate"], sort_keys=True))
+    assert documents[0:2] == documents[2:4]
+
+
+def test_an_unsigned_image_fails(
+    registries: dict[str, str], images: dict[str, str], setup: dict[str, Path], tmp_path: Path
+) -> None:
+    ref = push(images["other"], registries["open"], tmp_path, "--no-sign")
+    done = verify(ref, setup["ours"])
+    assert done.returncode == 1
+    assert f"{ref.rsplit(':', 1)[0]}@{digest_of(ref)}: not signed" in done.stderr
+
+
+def test_a_tag_moved_to_another_manifest_fails(
+    registries: dict[str, str], images: dict[str, str], setup: dict[str, Path], tmp_path: Path
+) -> None:
+    registry = registries["open"]
+    moved = f"{NAME}:moved"
+    docker("tag", images["good"], moved)
+    ref = push(moved, registry, tmp_path, "--sign-key", str(setup["ours"]))
+    assert verify(ref, setup["ours"]).returncode == 0
+    docker("rmi", "--no-prune", ref)  # verify pulled the tag; the push below makes it again
+    docker("tag", images["other"], moved)
+    push(moved, registry, tmp_path, "--no-sign", "--force-overwrite")
+    done = verify(ref, setup["ours"])
+    RUNNER.docker("rmi", "--no-prune", moved)
+    assert done.returncode == 1
+    assert "not signed" in done.stderr and f"{ref} names this digest now: the tag was moved" in done.stderr
+
+
+def test_a_signature_by_another_key_fails(
+    registries: dict[str, str], images: dict[str, str], setup: dict[str, Path], tmp_path: Path
+) -> None:
+    ref = push(images["other"], registries["auth"], tmp_path, "--sign-key", str(setup["other"]))
+    done = verify(ref, setup["ours"])
+    assert done.returncode == 1
+    assert f"signed, but not by key {setup['ours'].with_suffix('.pub')}" in done.stderr
+
+
+def test_an_sbom_that_does_not_match_the_image_fails(
+    registries: dict[str, str], images: dict[str, str], setup: dict[str, Path], tmp_path: Path
+) -> None:
+    """The SBOM was made, then a package was added to the image, then the image was signed and attested."""
+    registry = registries["open"]
+    good = push(images["good"], registry, tmp_path, "--no-sign")
+    extra = push(images["extra"], registry, tmp_path, "--no-sign")
+    from dlimages.publish.signing import image_facts
+
+    facts = image_facts(images["good"], REPO)
+    digest = f"{extra.rsplit(':', 1)[0]}@{digest_of(extra)}"
+    key = ["--key", str(setup["ours"]), "--tlog-upload=false", "--allow-http-registry", "--yes"]
+    cosign("sign", *key, digest, folder=tmp_path)
+    for kind, document in ((attest.SBOM_TYPE, attest.sbom(facts)), (attest.PROVENANCE_TYPE, attest.provenance(facts))):
+        (tmp_path / kind).write_bytes(document)
+        cosign("attest", *key, "--type", kind, "--predicate", str(tmp_path / kind), digest, folder=tmp_path)
+    assert good != extra
+    done = verify(extra, setup["ours"])
+    assert done.returncode == 1
+    assert "the SBOM does not describe this image" in done.stderr
+    assert "in the image, not in the SBOM: dlimages-extra=1.0" in done.stderr
+
+
+def test_a_missing_attestation_fails(
+    registries: dict[str, str], images: dict[str, str], setup: dict[str, Path], tmp_path: Path
+) -> None:
+    ref = push(images["extra"], registries["auth"], tmp_path, "--no-sign")
+    digest = f"{ref.rsplit(':', 1)[0]}@{digest_of(ref)}"
+    cosign(
+        "sign",
+        "--key",
+        str(setup["ours"]),
+        "--tlog-upload=false",
+        "--allow-http-registry",
+        "--yes",
+        digest,
+        folder=tmp_path,
+    )
+    done = verify(ref, setup["ours"])
+    assert done.returncode == 1
+    assert f"{digest}: no cyclonedx attestation signed by key" in done.stderr
+
+
+@pytest.mark.parametrize("task", ["smoke", "bench"])
+def test_smoke_and_bench_refuse_what_does_not_verify_and_run_the_verified_digest(
+    task: str, registries: dict[str, str], images: dict[str, str], setup: dict[str, Path], tmp_path: Path
+) -> None:
+    registry = registries["open"]
+    good = push(images["good"], registry, tmp_path, "--sign-key", str(setup["ours"]))
+    unsigned = f"{NAME}:unsigned-{task}"
+    docker("tag", images["other"], unsigned)
+    bad = push(unsigned, registry, tmp_path, "--no-sign")
+    RUNNER.docker("rmi", "--no-prune", unsigned)
+    key = str(setup["ours"].with_suffix(".pub"))
+    gpus = ["--no-gpus"] if task == "smoke" else []
+    refused = invoke(task, "--image", bad, "--key", key, *gpus)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "refused, does not verify" in refused.stderr and "stand-in" not in refused.stdout
+    ran = invoke(task, "--image", good, "--key", key, *gpus)
+    digest_ref = f"{good.rsplit(':', 1)[0]}@{digest_of(good)}"
+    assert f"verified {digest_ref}" in ran.stdout
+    if task == "smoke":  # --no-gpus: the stand-in runs
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "stand-in dl-smoke" in ran.stdout
+    else:  # dl-bench always asks for the GPUs: this host has none, so the run of the digest is a skip
+        assert ran.returncode == 77, ran.stdout + ran.stderr
+        assert f"{digest_ref}: no NVIDIA container runtime on this host: skipped (exit 77)" in ran.stdout

@@ -1,0 +1,118 @@
+"""Who signs and what verifies, from flags and environment; the cosign argv; reading cosign's answers. No engine:
+the real signing and verification run in tests/image/test_signing.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from dlimages.core.errors import InputError
+from dlimages.core.references import names_registry
+from dlimages.core.runner import Result, Runner
+from dlimages.publish import signing
+
+
+def test_signing_takes_the_flag_then_the_environment() -> None:
+    assert signing.Signing.from_flags(None, False, False, False, env={}).enabled is False
+    from_env = signing.Signing.from_flags(None, False, False, False, env={signing.SIGN_KEY_ENV: "env://K"})
+    assert from_env.signers() == [["--key", "env://K", "--tlog-upload=false"]]
+    both = signing.Signing.from_flags("k.key", True, False, True, env={})
+    assert both.signers() == [["--key", "k.key"], []]  # the key's (with the log, as asked), then keyless
+    assert signing.Signing.from_flags(None, False, True, False, env={signing.SIGN_KEY_ENV: "k"}).enabled is False
+
+
+def test_no_sign_with_a_signer_is_a_usage_error() -> None:
+    with pytest.raises(InputError, match="--no-sign: given with --sign-key"):
+        signing.Signing.from_flags("k.key", False, True, False, env={})
+
+
+def test_trust_needs_a_key_or_an_identity_and_says_which_flags() -> None:
+    with pytest.raises(InputError) as raised:
+        signing.Trust.from_flags(None, None, None, False, env={})
+    assert "--key cosign.pub" in raised.value.report() and "--no-verify" in raised.value.report()
+    with pytest.raises(InputError, match="not a regular expression"):
+        signing.Trust.from_flags(None, "^(", None, False, env={})
+    with pytest.raises(InputError, match="given with --key"):
+        signing.Trust.from_flags("k.pub", "^x", None, False, env={})
+
+
+def test_trust_flags_for_a_key_and_for_an_identity() -> None:
+    assert signing.Trust.from_flags("k.pub", None, None, False, env={}).flags() == [
+        "--key",
+        "k.pub",
+        "--insecure-ignore-tlog=true",
+    ]
+    keyless = signing.Trust.from_flags(None, None, None, False, env={signing.IDENTITY_ENV: "^https://github"})
+    assert keyless.flags() == [
+        "--certificate-identity-regexp",
+        "^https://github",
+        "--certificate-oidc-issuer",
+        signing.GITHUB_ISSUER,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("ref", "named"),
+    [
+        ("127.0.0.1:5000/lab/x:v1", True),
+        ("ghcr.io/org/x:v1", True),
+        ("localhost/x", True),
+        ("lab/pytorch-universal-dev:v1.0", False),
+        ("ubuntu:22.04", False),
+    ],
+)
+def test_names_registry_reads_the_first_component_as_docker_does(ref: str, named: bool) -> None:
+    assert names_registry(ref) is named
+
+
+def fake(answers: dict[str, Result]) -> Runner:
+    """A runner answering by the command's first two words."""
+
+    def run(argv: list[str], **_: object) -> object:
+        done = answers.get(" ".join(argv[:2]), Result(tuple(argv), 0))
+
+        class Completed:
+            returncode, stdout, stderr = done.code, done.out, done.err
+
+        return Completed()
+
+    return Runner(run=run)  # type: ignore[arg-type]
+
+
+def test_resolve_takes_the_digest_the_pull_names() -> None:
+    digest = "sha256:" + "a" * 64
+    runner = fake({"docker pull": Result((), 0, f"v1: Pulling from lab/x\nDigest: {digest}\nStatus: up to date\n")})
+    assert signing.resolve("127.0.0.1:5000/lab/x:v1", runner) == f"127.0.0.1:5000/lab/x@{digest}"
+    failed = fake({"docker pull": Result((), 1, "", "manifest unknown")})
+    with pytest.raises(signing.SigningError, match=r"cannot pull 127\.0\.0\.1:5000/lab/x:v1: manifest unknown"):
+        signing.resolve("127.0.0.1:5000/lab/x:v1", failed)
+
+
+def test_an_unsigned_tag_says_it_may_have_been_moved() -> None:
+    digest = "sha256:" + "b" * 64
+    runner = fake(
+        {
+            "docker pull": Result((), 0, f"Digest: {digest}\n"),
+            "docker info": Result((), 0, '{"InsecureRegistryCIDRs": ["127.0.0.0/8"]}'),
+            "cosign verify": Result(
+                (), 10, "", "Error: no signatures found\nmain.go:74: error during command execution"
+            ),
+        }
+    )
+    trust = signing.Trust("k.pub")
+    with pytest.raises(signing.SigningError) as raised:
+        signing.verify("127.0.0.1:5000/lab/x:v1", trust, runner)
+    assert str(raised.value) == (
+        f"127.0.0.1:5000/lab/x@{digest}: not signed (127.0.0.1:5000/lab/x:v1 names this digest now: the tag was "
+        "moved, or the image never signed)"
+    )
+
+
+def test_predicates_are_read_from_dsse_envelopes() -> None:
+    statement = {"predicateType": "https://cyclonedx.org/bom", "predicate": {"bomFormat": "CycloneDX"}}
+    line = json.dumps({"payload": base64.b64encode(json.dumps(statement).encode()).decode()})
+    assert signing._predicates(f"{line}\n", "r") == [{"bomFormat": "CycloneDX"}]
+    with pytest.raises(signing.SigningError, match="printed none"):
+        signing._predicates("Verification for r --\n", "r")
