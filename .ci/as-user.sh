@@ -3,9 +3,10 @@
 # and the job user on GitHub's hosted runners), from a clone and a virtual environment of its own, against the engine
 # CI started (DOCKER_HOST) and the registry it pushed to. Each command must end without a traceback and give what
 # root's run gave: a cache-warm build leaves the very image root built, the push finds the registry's digest
-# unchanged, the image tests pass, dl-smoke says "no GPU" (exit 77), doctor gives root's verdicts, disk reports.
+# unchanged, the image tests pass, dl-smoke says "no GPU" (exit 77), the image root signed verifies against the public
+# key (as a GPU node's user checks it) and smoke runs its digest, doctor gives root's verdicts, disk reports.
 #
-# Usage: .ci/as-user.sh REGISTRY IMAGE BUILD-FLAGS...   (run as root, after root built IMAGE and pushed it)
+# Usage: .ci/as-user.sh REGISTRY IMAGE PUBLIC-KEY BUILD-FLAGS...   (as root, after root built, pushed and signed IMAGE)
 # Creates the user dlimages-user when it does not exist, and deletes it (with its home) at the end if it did.
 set -euo pipefail
 
@@ -13,9 +14,9 @@ readonly USER_NAME=dlimages-user
 log() { printf 'as-user.sh: %s\n' "$*"; }
 die() { printf 'as-user.sh: FAILED: %s\n' "$*" >&2; exit 1; }
 
-(($# >= 3)) || die "usage: .ci/as-user.sh REGISTRY IMAGE BUILD-FLAGS..."
-registry="$1" image="$2"
-shift 2
+(($# >= 4)) || die "usage: .ci/as-user.sh REGISTRY IMAGE PUBLIC-KEY BUILD-FLAGS..."
+registry="$1" image="$2" public_key="$3"
+shift 3
 build_flags="$*"
 [[ $EUID -eq 0 ]] || die "run as root: it creates the unprivileged user"
 [[ -n "${DOCKER_HOST:-}" ]] || die "DOCKER_HOST is not set: run it from \`invoke ci\`"
@@ -98,6 +99,17 @@ code=0
 as_user smoke "invoke smoke --image $image" || code=$?
 ((code == 77)) || die "invoke smoke exited $code; without a GPU it must say skipped (77)"
 log "smoke: exit 77 (no GPU here), as for root"
+
+# As on a GPU node: the image root pushed and signed, verified against the public key alone, then run by digest.
+install -m 0644 -o "$USER_NAME" "$public_key" "$home/cosign.pub"
+verified="$registry/${image%%:*}@$root_digest"
+as_user verify "invoke verify --image $registry/$image --key ~/cosign.pub" || die "invoke verify failed"
+[[ "$(tail -n 1 "$out/verify.log")" == "verified $verified" ]] || die "invoke verify did not name $verified"
+code=0
+as_user smoke-verified "invoke smoke --image $registry/$image --key ~/cosign.pub" || code=$?
+((code == 77)) || die "invoke smoke of the signed image exited $code, not 77 (no GPU here)"
+grep -qF "$verified: no NVIDIA container runtime" "$out/smoke-verified.log" || die "smoke did not run $verified"
+log "verify: $verified; smoke ran that digest"
 
 as_user doctor "invoke doctor --json >~/doctor.json" || die "invoke doctor failed"
 cmp -s "$home/doctor.json" "$out/doctor-root.json" || die "invoke doctor's verdicts differ from root's"

@@ -108,7 +108,11 @@ def end_to_end(root: Path, engine: Path) -> list[Step]:
             )
             for image in (PYTORCH_IMAGE, TENSORFLOW_IMAGE)
         ),
-        Step("as an unprivileged user", f"bash {_q(root / '.ci/as-user.sh')} {registry} {PYTORCH_IMAGE} {BUILDS[0]}"),
+        Step(
+            "as an unprivileged user",
+            f"bash {_q(root / '.ci/as-user.sh')} {registry} {PYTORCH_IMAGE} {_q(root / SIGNING / 'cosign.pub')} "
+            f"{BUILDS[0]}",
+        ),
     ]
 
 
