@@ -23,7 +23,7 @@ from dlimages.generate.lock import RESOLVE_TIMEOUT_S
 from dlimages.generate.project import Project, find_root
 from dlimages.model.tags import ORIGIN_HELP
 from dlimages.publish.pushplan import MAX_RETRIES
-from dlimages.publish.signing import SIGN_HELP, VERIFY_HELP
+from dlimages.publish.signing import PUSH_HELP, VERIFY_HELP
 
 ROOT = find_root(Path(__file__).parent)  # the repository this tasks.py belongs to, wherever invoke runs it
 logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # progress, in order with builds
@@ -214,7 +214,7 @@ def test(c: Context, **flags: Any) -> None:
         "force_overwrite": "replace another image a registry already has under an immutable tag (never needed for "
         "moving tags such as v1.0)",
         **ORIGIN_HELP,
-        **SIGN_HELP,
+        **PUSH_HELP,
     },
 )
 def push(c: Context, **flags: Any) -> None:

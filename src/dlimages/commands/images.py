@@ -25,6 +25,7 @@ from dlimages.publish.pushplan import plan_push, retries_from_flag
 from dlimages.publish.report import build_report, image_manifest, report_target, write_report
 from dlimages.publish.signing import NO_VERIFY_SKIPS, Signing, SigningError, Trust, sign_pushed
 from dlimages.publish.signing import verify as verify_image
+from dlimages.publish.zstdpush import COMPRESSIONS, Archives
 
 NOTHING_BUILT = f"no image given and no successful `{usage.BUILD}` recorded"
 TEST_TOOLS = ("pytest", "testinfra", "selenium")  # pyproject.toml's `test` extra, by import name
@@ -58,6 +59,7 @@ def push(
     keyless: bool = False,
     no_sign: bool = False,
     tlog: bool = False,
+    compression: str = "gzip",
     no_engine_setup: bool = False,
 ) -> str:
     """Push the images (default: what the last builds made) to every registry, each digest verified by pulling it
@@ -65,6 +67,8 @@ def push(
     build report; where it went."""
     ledger = Ledger(root)
     signing = Signing.from_flags(sign_key, keyless, no_sign, tlog)
+    if compression not in COMPRESSIONS:
+        raise InputError([Problem("--compression", f"is {compression!r}", " or ".join(COMPRESSIONS))])
     if not registry:
         raise InputError([Problem("--registry", "give at least one registry", "HOST[:PORT], e.g. 127.0.0.1:5000")])
     attempts, report_path = retries_from_flag(retries), report_target(ledger.root, report)
@@ -76,15 +80,25 @@ def push(
     refs = list(names)
     plan_push(refs, list(registry), names)  # every bad ref or registry is exit 2 before anything starts
     engine(root, no_engine_setup, buildx=False)
+    archives = Archives(root) if compression == "zstd" else None
     try:
         results = push_image(
-            refs, list(registry), retries=attempts, moving=moving, force_overwrite=force_overwrite, names=names
+            refs,
+            list(registry),
+            retries=attempts,
+            moving=moving,
+            force_overwrite=force_overwrite,
+            names=names,
+            archives=archives,
         )
         manifests = {ref: image_manifest(ref) for ref in dict.fromkeys(r.ref for r in results)}
     except PushInterrupted as stopped:
         raise Failed(f"error: {stopped}", code=stopped.exit_code) from None
     except PushError as error:
         raise Failed(f"error: {error}\nNothing local was changed.", code=1) from None
+    finally:
+        if archives is not None:
+            archives.close()
     for result in results:
         say(f"pushed {result.remote_ref} {result.digest} (verified by pulling it back)")
     if not signing.enabled:

@@ -42,6 +42,7 @@ from dlimages.publish.pushplan import (
     parse_remote_tag,
     plan_push,
 )
+from dlimages.publish.zstdpush import ZSTD_LEVEL, Archives, push_zstd
 
 Sleep = Callable[[float], None]
 
@@ -110,6 +111,7 @@ def push_image(
     force_overwrite: bool = False,
     names: Mapping[str, str] | None = None,
     out: TextIO | None = None,
+    archives: Archives | None = None,
 ) -> list[PushResult]:
     """Push every local ref to every registry and prove each push by pulling its digest back.
 
@@ -127,6 +129,7 @@ def push_image(
     Each `docker push` shows its progress on `out` (stdout when None): layers done of all, their uncompressed
     bytes, elapsed time; one line rewritten in place on a terminal, else a line per finished layer and at least
     one every 30 s. Each try of a push is stopped after `timeout` seconds (a hang is a transient failure).
+    With `archives`, layers go compressed with zstd instead (zstdpush.py: skopeo from a `docker save` archive).
 
     Returns the results when every push was verified; otherwise raises PushError whose message names each
     failure and what to do, with all results attached. Raises InputError for bad refs or registries, or
@@ -142,6 +145,7 @@ def push_image(
     targets = plan_push(refs, registries, names)
     signals = PushSignals()
     settings = _Settings(runner, sleep, retries, backoff, timeout, signals, sys.stdout if out is None else out)
+    settings.archives = archives
     results: list[PushResult] = []
     with signals.installed():
         try:
@@ -183,6 +187,7 @@ class _Settings:
     out: TextIO
     _registry_config: Mapping[str, Any] | None = None
     _layers: dict[str, tuple[Layer, ...]] = field(default_factory=dict)  # image ID -> its layers
+    archives: Archives | None = None  # zstd: the saved images skopeo pushes from
 
     def with_retries(self, argv: list[str], timeout: float | None = None) -> _Outcome:
         def once(_attempt: int) -> Result:
@@ -191,7 +196,22 @@ class _Settings:
         return _with_retries(once, self.retries, self.backoff, self.sleep)
 
     def push(self, target: PushTarget, local_id: str) -> _Outcome:
-        """`docker push`, streamed with its progress shown, tried again as `with_retries` does."""
+        """`docker push`, streamed with its progress shown, tried again as `with_retries` does; with archives,
+        skopeo's zstd copy of the saved image instead."""
+        if self.archives is not None:
+            archive, failed = self.archives.archive(self.runner, target.ref, local_id)
+            if archive is None:
+                assert failed is not None
+                return _Outcome(failed, 1, "other")
+            self.out.write(f"push {target.ref} -> {target.registry}: zstd level {ZSTD_LEVEL} (skopeo)\n")
+            insecure = self.insecure(target.registry)
+
+            def once(_attempt: int) -> Result:
+                return push_zstd(
+                    self.runner, archive, target.ref, target.remote_ref, target.tag, insecure, self.timeout
+                )
+
+            return _with_retries(once, self.retries, self.backoff, self.sleep)
         if local_id not in self._layers:
             self._layers[local_id] = _image_layers(self.runner, local_id)
         layers = self._layers[local_id]

@@ -36,11 +36,13 @@ BASE_LOCK = "images/base-debian12.apt.lock"  # the offline base's packages, for 
 SIGN_KEY_ENV, KEYLESS_ENV = "DLIMAGES_SIGN_KEY", "DLIMAGES_KEYLESS"
 VERIFY_KEY_ENV, IDENTITY_ENV, ISSUER_ENV = "DLIMAGES_VERIFY_KEY", "DLIMAGES_VERIFY_IDENTITY", "DLIMAGES_VERIFY_ISSUER"
 NO_VERIFY_SKIPS = "the signature, the SBOM and the provenance are not checked, and the image runs by its tag"
-SIGN_HELP = {  # `invoke push`'s flags
+PUSH_HELP = {  # `invoke push`'s flags for signing and compression
     "sign_key": "cosign private key to sign and attest each pushed digest: file, KMS URI or env://VAR "
     f"(${SIGN_KEY_ENV}; its password from $COSIGN_PASSWORD)",
     "keyless": "also sign keyless with the ambient OIDC identity (GitHub workflows; needs Sigstore)",
     "no_sign": "push without signature, SBOM and provenance even where a key is configured",
+    "compression": "gzip (docker push; every engine) or zstd (level 3, through skopeo: smaller and faster to pull; "
+    "Docker 23+, containerd 1.5+)",
 }
 VERIFY_HELP = {  # `invoke verify`'s, and smoke's and bench's
     "key": f"cosign public key the signature must verify against: file, KMS URI or env://VAR (${VERIFY_KEY_ENV})",
