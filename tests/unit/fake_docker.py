@@ -67,7 +67,10 @@ class FakeDocker:
                 return (0, found + "\n", "") if found else (1, "", f"Error: No such image: {ref}")
             case ["image", "inspect", ref]:
                 info = {"Id": self.tags[ref], "Size": 74502040, "RepoDigests": [], "Config": {"Labels": {"b": "2"}}}
+                info["RootFS"] = {"Layers": ["sha256:" + "c" * 64, "sha256:" + "d" * 64]}
                 return 0, json.dumps([info]), ""
+            case ["history", "--human=false", "--no-trunc", "--format", _, _]:
+                return 0, '20 "RUN /bin/sh -c echo hi > /hi"\n0 "ENV A=b"\n74502020 "debootstrap"\n', ""
             case ["tag", source, target]:
                 self.tags[target] = self.tags[source]
                 return 0, "", ""

@@ -20,9 +20,9 @@ from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.gpu import inimage
 from dlimages.model import tags as tag_rules
 from dlimages.publish import reportdiff
-from dlimages.publish.push import PushError, PushInterrupted, push_image
+from dlimages.publish.push import PushError, PushInterrupted, insecure_registry, push_image
 from dlimages.publish.pushplan import plan_push, retries_from_flag
-from dlimages.publish.report import build_report, image_manifest, report_target, write_report
+from dlimages.publish.report import build_report, image_manifest, report_target, stored_layers, write_report
 from dlimages.publish.signing import NO_VERIFY_SKIPS, Signing, SigningError, Trust, sign_pushed
 from dlimages.publish.signing import verify as verify_image
 from dlimages.publish.zstdpush import COMPRESSIONS, Archives
@@ -99,6 +99,7 @@ def push(
     finally:
         if archives is not None:
             archives.close()
+    insecure = {r.registry for r in results if insecure_registry(r.registry)}
     for result in results:
         say(f"pushed {result.remote_ref} {result.digest} (verified by pulling it back)")
     if not signing.enabled:
@@ -111,7 +112,8 @@ def push(
         except SigningError as error:
             raise Failed(f"error: pushed, but {error}", code=1) from None
     try:
-        write_report(report_path, build_report(results, manifests, ledger.cells_by_ref()))
+        stored = {r.remote_ref: stored_layers(f"{r.repository}@{r.digest}", r.registry in insecure) for r in results}
+        write_report(report_path, build_report(results, manifests, ledger.cells_by_ref(), stored))
     except OSError as error:
         raise Failed(f"error: pushed, but the build report {report} could not be written: {error}", code=1) from None
     return f"build report: {report}"

@@ -242,6 +242,11 @@ def _interrupted(
     return PushInterrupted("\n".join(lines), name, results)
 
 
+def insecure_registry(registry: str, runner: Runner = DEFAULT) -> bool:
+    """Whether dockerd reaches `registry` without verified TLS (its insecure registries, 127.0.0.0/8 by default)."""
+    return daemon_treats_as_insecure(registry, _registry_config(runner))
+
+
 def _registry_config(runner: Runner) -> Mapping[str, Any]:
     """dockerd's RegistryConfig (which registries it reaches without verified TLS), or its defaults."""
     done = runner(["docker", "info", "--format", "{{json .RegistryConfig}}"], timeout=INSPECT_TIMEOUT_S)

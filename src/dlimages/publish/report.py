@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dlimages.build.progress import parse_history, push_layers
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
 from dlimages.core.runner import DEFAULT, Result, Runner
@@ -26,13 +28,22 @@ def build_report(
     results: Iterable[PushResult],
     manifests: Mapping[str, Mapping[str, Any]],
     cells: Mapping[str, str] | None = None,
+    stored: Mapping[str, Sequence[Mapping[str, Any]] | None] | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per local ref: the cell it was built from (from the build ledger; None for an image built
     elsewhere), the base it was built FROM (its org.opencontainers.image.base.* labels: registry, repository and
-    tag, and digest), its manifest (`image_manifest`) and where it was pushed, in a stable order."""
+    tag, and digest), its manifest (`image_manifest`) and where it was pushed, in a stable order; with `stored`
+    (`stored_layers` by remote ref), each push's layers as the registry stores them and their compressed total."""
     pushed: dict[str, list[dict[str, object]]] = {}
     for result in results:
-        pushed.setdefault(result.ref, []).append(result.as_json())
+        entry = result.as_json()
+        layers = (stored or {}).get(result.remote_ref)
+        if layers is not None:
+            entry |= {
+                "layers": [dict(layer) for layer in layers],
+                "compressed_size": sum(each["size"] for each in layers),
+            }
+        pushed.setdefault(result.ref, []).append(entry)
     refs = sorted(set(pushed) | set(manifests))
     return [
         {
@@ -44,6 +55,21 @@ def build_report(
         }
         for ref in refs
     ]
+
+
+def stored_layers(repository_digest: str, insecure: bool, runner: Runner = DEFAULT) -> list[dict[str, Any]] | None:
+    """The layers a registry stores for REPOSITORY@DIGEST: digest, media type (gzip or zstd) and compressed size,
+    from `docker manifest inspect -v`; None when it cannot be read (the report then says nothing of them)."""
+    argv = ["docker", "manifest", "inspect", "-v", *(["--insecure"] if insecure else []), repository_digest]
+    done = runner(argv, timeout=INSPECT_TIMEOUT_S)
+    try:
+        manifest = json.loads(base64.b64decode(json.loads(done.out)["Raw"], validate=True))
+        return [
+            {"digest": str(layer["digest"]), "media_type": str(layer["mediaType"]), "size": int(layer["size"])}
+            for layer in manifest["layers"]
+        ]
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def _base(manifest: Mapping[str, Any]) -> dict[str, str | None]:
@@ -70,6 +96,7 @@ def image_manifest(image_ref: str, runner: Runner = DEFAULT, *, python: str | No
         "size": int(info["Size"]),
         "repo_digests": sorted(info.get("RepoDigests") or []),
         "labels": dict(sorted(((info.get("Config") or {}).get("Labels") or {}).items())),
+        "layers": _layers(runner, info),
         "pip": None,
     }
     if python is not None:
@@ -81,6 +108,17 @@ def image_manifest(image_ref: str, runner: Runner = DEFAULT, *, python: str | No
         packages = json.loads(pip)
         manifest["pip"] = {item["name"]: item["version"] for item in sorted(packages, key=lambda i: i["name"].lower())}
     return _dpkg(manifest, runner, image_ref)
+
+
+def _layers(runner: Runner, info: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each layer's diff ID and uncompressed size (None where `docker history` cannot tell), oldest first."""
+    diff_ids = list((info.get("RootFS") or {}).get("Layers") or [])
+    rows = ["docker", "history", "--human=false", "--no-trunc", "--format", "{{.Size}} {{json .CreatedBy}}", info["Id"]]
+    history = runner(rows, timeout=INSPECT_TIMEOUT_S)
+    sizes = {
+        layer.id: layer.size for layer in push_layers(diff_ids, parse_history(history.out) if history.ok else None)
+    }
+    return [{"diff_id": diff_id, "size": sizes.get(diff_id.removeprefix("sha256:")[:12])} for diff_id in diff_ids]
 
 
 def _dpkg(manifest: dict[str, Any], runner: Runner, image_ref: str) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from fake_docker import LOCAL_ID, REF, REG, REMOTE, FakeDocker
 from dlimages.core.runner import Runner
 from dlimages.publish.push import PushError
 from dlimages.publish.pushplan import PushResult
-from dlimages.publish.report import build_report, image_manifest, write_report
+from dlimages.publish.report import build_report, image_manifest, stored_layers, write_report
 
 
 def test_image_manifest() -> None:
@@ -31,6 +32,7 @@ def test_image_manifest() -> None:
         "size": 74502040,
         "repo_digests": [],
         "labels": {"b": "2"},
+        "layers": [{"diff_id": "sha256:" + "c" * 64, "size": 74502020}, {"diff_id": "sha256:" + "d" * 64, "size": 20}],
         "pip": {"Pip": "24", "torch": "2.1.2"},
         "dpkg": {"bash": "5.2.15-2+b7", "zlib1g": "1:1.2.13"},
     }
@@ -92,3 +94,18 @@ def test_report_names_the_base_an_image_was_built_from() -> None:
     [local] = build_report([], {REF: {"labels": made_here}})
     assert rehosted["base"] == {"name": "127.0.0.1:5000/mirror/dlimages/base:debian12", "digest": digest}
     assert local["base"] == {"name": "dlimages/base:debian12", "digest": None}
+
+
+def test_stored_layers_are_read_from_the_registry_manifest_and_totalled_in_the_report() -> None:
+    zstd = "application/vnd.oci.image.layer.v1.tar+zstd"
+    raw = json.dumps({"layers": [{"digest": "sha256:" + "e" * 64, "mediaType": zstd, "size": 1000}]}).encode()
+    docker = FakeDocker()
+    docker.manifest_replies = [(0, json.dumps({"Raw": base64.b64encode(raw).decode()}), "")]
+    layers = stored_layers("127.0.0.1:5000/lab/x@sha256:" + "f" * 64, True, Runner(docker))
+    assert layers == [{"digest": "sha256:" + "e" * 64, "media_type": zstd, "size": 1000}]
+    assert docker.calls[-1][:5] == ["docker", "manifest", "inspect", "-v", "--insecure"]
+    docker.manifest_replies = [(1, "", "no such manifest")]
+    assert stored_layers("127.0.0.1:5000/lab/x@sha256:" + "f" * 64, True, Runner(docker)) is None
+    result = PushResult("127.0.0.1:5000", REF, f"127.0.0.1:5000/{REF}", "sha256:" + "f" * 64, True)
+    [entry] = build_report([result], {}, stored={result.remote_ref: layers})
+    assert entry["pushed"][0]["compressed_size"] == 1000 and entry["pushed"][0]["layers"] == layers
