@@ -209,7 +209,7 @@ def test(c: Context, **flags: Any) -> None:
     help={
         "registry": "registry to push to, HOST[:PORT][/PATH] (repeatable)",
         "image": "local image ref to push (repeatable); default: every tag of the cells the last builds made",
-        "report": "where to write the JSON build report (cell, tags, digest, size, package manifest)",
+        "report": "where to write the JSON build report (cell, tags, digest, sizes per layer as stored, packages)",
         "retries": f"retries for transient failures, 0 to {MAX_RETRIES} (backoff doubles from 2 s)",
         "force_overwrite": "replace another image a registry already has under an immutable tag (never needed for "
         "moving tags such as v1.0)",
