@@ -39,7 +39,11 @@ def probe_host(
     """
     driver, gpus = probe_gpus(runner, nvml_capabilities or _nvml_capabilities, nvml_brands or _nvml_brands)
     runtime = probe_container_runtime(runner, cdi_dirs=cdi_dirs, which=which)
-    return Node(driver=driver, gpus=gpus, container_runtime=runtime, source="this host", toolkit=probe_toolkit(runner))
+    toolkit, engine = probe_toolkit(runner), _stdout(runner, ENGINE_VERSION, DOCKER_TIMEOUT_S)
+    return Node(driver, gpus, runtime, "this host", toolkit, engine.strip() if engine and engine.strip() else None)
+
+
+ENGINE_VERSION = ["docker", "version", "--format", "{{.Server.Version}}"]  # the engine, not the client
 
 
 def probe_toolkit(runner: Runner) -> str | None:

@@ -49,6 +49,7 @@ class Node:
     container_runtime: bool | None  # None: not checked (Docker not reachable, or a node given by flags)
     source: str  # "this host" or "given"
     toolkit: str | None = None  # the NVIDIA container toolkit's version ("1.17.8"); None: not known
+    engine: str | None = None  # the Docker engine's version ("26.1.5"); None: not known
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,14 @@ class Verdict:
     runs_through: str | None = None  # compat.TOOLKIT_DRIVER, MINOR_VERSION or FORWARD_COMPAT; None: does not run
     needs_driver: str | None = None  # where the driver stops it: the oldest driver that runs it on these GPUs
 
+
+# Pulling zstd-compressed layers (`invoke push --compression zstd`) came with Docker 23.0
+# (https://github.com/moby/moby/releases/tag/v23.0.0, moby/moby#41759).
+ZSTD_MIN_DOCKER = 23
+ZSTD_NOTE = (
+    "this node's Docker {engine} cannot pull images pushed with --compression zstd (Docker 23.0 or later can): "
+    "pull the ones pushed with gzip, the default"
+)
 
 # --- parsing user input ------------------------------------------------------------------------------------
 
@@ -423,6 +432,7 @@ def report(cells: Iterable[Cell], node: Node) -> list[dict[str, object]]:
 
     The doctor's notes go under "run_notes" because the cell's own "notes" key is part of `as_json()`.
     """
+    old_engine = [ZSTD_NOTE.format(engine=node.engine)] if node.engine and _major(node.engine) < ZSTD_MIN_DOCKER else []
     rows: list[dict[str, object]] = []
     for cell in cells:
         judged = verdict(cell, node)
@@ -433,10 +443,15 @@ def report(cells: Iterable[Cell], node: Node) -> list[dict[str, object]]:
                 "runs_through": judged.runs_through,
                 "reasons": list(judged.reasons),
                 "needs_driver": judged.needs_driver,
-                "run_notes": list(judged.notes),
+                "run_notes": [*judged.notes, *old_engine],
             }
         )
     return rows
+
+
+def _major(version: str) -> int:
+    match = re.match(r"\d+", version)
+    return int(match.group()) if match else 0
 
 
 def describe_node(node: Node) -> str:
@@ -453,6 +468,7 @@ def describe_node(node: Node) -> str:
     return (
         f"node ({node.source}): driver {node.driver or 'none found'}; GPUs: {gpus or 'none'}; "
         f"NVIDIA container runtime: {runtime}; container toolkit {node.toolkit or 'version not known'}"
+        + (f"; Docker {node.engine}" if node.engine else "")
     )
 
 

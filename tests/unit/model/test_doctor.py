@@ -8,6 +8,7 @@ The cells come from conftest.py's `expansion`; these tests hold for any matrix t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from collections.abc import Callable, Sequence
@@ -24,10 +25,12 @@ from dlimages.model.doctor import (
     NO_DRIVER,
     NO_GPU,
     RUNTIME_MISSING,
+    ZSTD_NOTE,
     Gpu,
     Node,
     admitted_branches,
     brand_from_name,
+    describe_node,
     format_report,
     kernels_for,
     node_from_flags,
@@ -768,3 +771,14 @@ def test_nvml_is_read_per_gpu_and_shut_down_and_any_failure_means_unknown(monkey
     fake.nvmlDeviceGetCount = broken
     assert probe._nvml_capabilities() is None
     assert calls[-1] == "shutdown"
+
+
+def test_an_engine_older_than_docker_23_is_told_it_cannot_pull_zstd_images(cells: tuple[Cell, ...]) -> None:
+    old = dataclasses.replace(H200, engine="20.10.24")
+    rows = report(cells, old)
+    note = ZSTD_NOTE.format(engine="20.10.24")
+    assert all(note in row["run_notes"] for row in rows)  # type: ignore[operator]
+    assert format_report(rows, old).count(note) == 1  # said once, for every image
+    assert "Docker 20.10.24" in describe_node(old)
+    for engine in ("26.1.5", "23.0.0", None):
+        assert not any(note in row["run_notes"] for row in report(cells, dataclasses.replace(H200, engine=engine)))  # type: ignore[operator]
