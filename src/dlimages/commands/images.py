@@ -154,7 +154,8 @@ def _runnable(refs: Sequence[str], trust: Trust | None) -> list[str]:
         elif not names_registry(ref):
             image_id = RUNNER.image_id(ref)
             if image_id is None:
-                raise Failed(f"error: {ref} is not a local image; give REGISTRY/REPOSITORY:TAG to pull and verify it")
+                runnable.append(ref)  # not local: the run says so (exit 2) and pulls nothing
+                continue
             say(f"{ref}: a local image (its name has no registry, so no signature to check); running {image_id}")
             runnable.append(image_id)
         else:

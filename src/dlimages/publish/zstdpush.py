@@ -4,8 +4,10 @@ The engine's own push knows only gzip, and BuildKit's exporter on the `docker` d
 (measured: the registry got gzip layers). skopeo does it: the image is saved from the engine once (`docker save`,
 into the repository's .work/, on disk: it is as large as the image) and copied to each registry with
 `--dest-compress-format zstd --dest-compress-level 3`. The same image and level give the same bytes, so the same
-manifest digest, push after push: the digest that is signed and verified. Debian 12's skopeo (1.9) cannot read from
-Docker 26's API directly (it speaks API 1.22, which 26 refuses), hence the archive.
+manifest digest, push after push: the digest that is signed and verified. skopeo reads the archive as the OCI layout
+`docker save` writes since Docker 25: read as a Docker archive, skopeo would write the image's config again in another
+key order, and the registry's image would have another ID than the local one (measured). Debian 12's skopeo (1.9)
+cannot read from Docker 26's API directly (it speaks API 1.22, which 26 refuses), hence the archive.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from dlimages.core.runner import Result, Runner
 
 COMPRESSIONS = ("gzip", "zstd")
+OLD_SAVE = "--compression zstd needs Docker 25.0 or later to push from: its `docker save` writes an OCI layout"
 ZSTD_LEVEL = 3  # fixed: another level gives other bytes, so another digest
 SAVE_TIMEOUT_S = 3600.0
 
@@ -59,10 +62,12 @@ def push_zstd(runner: Runner, archive: Path, ref: str, remote: str, tag: str, in
         "--digestfile",
         str(digest_file),
         *(["--dest-tls-verify=false"] if insecure else []),
-        f"docker-archive:{archive}:{ref}",
+        f"oci-archive:{archive}",
         f"docker://{remote}",
     ]
     done = runner(argv, timeout=timeout)
+    if not done.ok and "index.json" in done.err:
+        return Result(done.argv, done.code, done.out, f"{done.err}\n{OLD_SAVE}")
     if not done.ok:
         return done
     digest = digest_file.read_text(encoding="utf-8").strip()

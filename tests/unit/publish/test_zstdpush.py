@@ -51,7 +51,7 @@ def test_zstd_pushes_save_once_and_copy_with_skopeo_at_a_fixed_level(tmp_path: P
     for argv in copies:
         level = argv[argv.index("--dest-compress-level") + 1]
         assert argv[argv.index("--dest-compress-format") + 1] == "zstd" and level == str(ZSTD_LEVEL)
-        assert argv[-2] == f"docker-archive:{saves[0][3]}:lab/x:v1"
+        assert argv[-2] == f"oci-archive:{saves[0][3]}"  # the OCI layout in it: the config's bytes kept
     assert "--dest-tls-verify=false" in copies[0] and "--dest-tls-verify=false" not in copies[1]
     assert ["docker", "push", "127.0.0.1:5000/lab/x:v1"] not in seen  # never gzip through the engine
     archives.close()
