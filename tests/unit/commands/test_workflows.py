@@ -398,10 +398,14 @@ def test_the_push_signs_keyless_and_with_the_repositorys_own_key_where_the_secre
     fake(bin_dir, "docker", "cat >/dev/null")
     env = {"GITHUB_REF": "refs/heads/main", "GITHUB_SHA": COMMIT, "DEFAULT_BRANCH": "main", "OWNER": "lab"}
     env |= {"GHCR_TOKEN": "ghs_s3cr3t", "COSIGN_PRIVATE_KEY": key, "COSIGN_PASSWORD": "pw" if key else ""}
+    env["COMPRESSION"] = "zstd"  # what the step's env gives from the repository variable
     code, log = run_step(push, tmp_path, env)
     assert code == 0, log
     [argv] = [c for c in calls(log, "invoke") if c[:1] == ["push"]]
     assert "--keyless" in argv
+    # The layers' compression is the repository variable's, gzip where it is not set.
+    assert push["env"]["COMPRESSION"] == "${{ vars.PUSH_COMPRESSION || 'gzip' }}"
+    assert argv[argv.index("--compression") + 1] == "zstd"
     # cosign reads the key from the variable it names: the key itself is on no command line, nor the variable set
     # (to an empty key) where the secret is not.
     assert re.findall(r"DLIMAGES_SIGN_KEY=(.*)", log) == ["env://COSIGN_PRIVATE_KEY" if key else "unset"]
