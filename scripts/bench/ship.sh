@@ -11,7 +11,13 @@ set -euo pipefail
 image="${1:?usage: scripts/bench/ship.sh IMAGE [ROUNDS]}" rounds="${2:-2}"
 state="$(mktemp -d /var/tmp/dlimages-ship-XXXXXX)"
 export REGISTRY_STATE_DIR="$state/registries"
-trap 'rm -rf "$state"' EXIT
+started=()
+stop_all() {
+    local name
+    for name in "${started[@]}"; do bash .ci/registry.sh stop "$name" >/dev/null 2>&1 || true; done
+    rm -rf "$state"
+}
+trap stop_all EXIT
 now() { date +%s.%N; }
 since() { printf '%.1f' "$(echo "$(now) - $1" | bc)"; }
 size() { du -sb "$REGISTRY_STATE_DIR/$1/data/docker/registry/v2/blobs" | cut -f1; }
@@ -26,6 +32,7 @@ for round in $(seq "$rounds"); do
         port=$((port + 1))
         name="ship-$kind-$round"
         bash .ci/registry.sh start "$name" "$port" >/dev/null
+        started+=("$name")
         registry="127.0.0.1:$port"
         docker image inspect "$image" >/dev/null 2>&1 || docker load --input "$state/image.tar" >/dev/null
         start="$(now)"
@@ -46,9 +53,7 @@ for round in $(seq "$rounds"); do
         [[ "$(docker image inspect --format '{{.Id}}' "$registry/${image%%:*}@$digest")" == "$local_id" ]] \
             || { echo "the pulled image is not $local_id" >&2; exit 1; }
         docker tag "$local_id" "$image"
-        docker image ls --format '{{.Repository}}:{{.Tag}}' | grep "^$registry/" | xargs -r docker rmi --no-prune >/dev/null
-        docker image ls --digests --format '{{.Repository}}@{{.Digest}}' | grep "^$registry/" \
-            | xargs -r docker rmi --no-prune >/dev/null 2>&1 || true
+        docker rmi --no-prune "$registry/${image%%:*}@$digest" >/dev/null  # the pull's name; the image stays tagged
         bash .ci/registry.sh stop "$name" >/dev/null
     done
 done
