@@ -19,6 +19,7 @@ from dlimages.generate.changes import changed_since
 from dlimages.generate.project import Project
 from dlimages.gpu import probe
 from dlimages.model import doctor as node_doctor
+from dlimages.model import doctor_text
 from dlimages.model.cells import Cell
 from dlimages.model.selection import flags_for, select
 from dlimages.model.tables import cells_table, exclusions_text
@@ -172,4 +173,4 @@ def doctor(
     """Which cells run on this GPU node (or the one `gpu` and `driver` describe), and how: a report or JSON."""
     node = node_doctor.node_from_flags(gpu, driver, probe.probe_host, brand, toolkit)
     rows = node_doctor.report(project.expansion.cells, node)
-    return json.dumps(rows, indent=2) if json_ else node_doctor.format_report(rows, node)
+    return json.dumps(rows, indent=2) if json_ else doctor_text.format_report(rows, node)

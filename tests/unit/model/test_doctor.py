@@ -30,8 +30,6 @@ from dlimages.model.doctor import (
     Node,
     admitted_branches,
     brand_from_name,
-    describe_node,
-    format_report,
     kernels_for,
     node_from_flags,
     parse_arch,
@@ -40,6 +38,7 @@ from dlimages.model.doctor import (
     report,
     verdict,
 )
+from dlimages.model.doctor_text import describe_node, format_report
 
 H100 = Node("535.104.05", (Gpu("NVIDIA H100 80GB HBM3", "sm_90", "nvidia"),) * 2, True, "given")
 H200 = Node("535.104.05", (Gpu("NVIDIA H200", "sm_90", "nvidia"),), True, "given")

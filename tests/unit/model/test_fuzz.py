@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from dlimages.build.plan import Secrets, plan_builds
 from dlimages.core.errors import InputError
 from dlimages.generate.project import Project
-from dlimages.model import doctor
+from dlimages.model import doctor, doctor_text
 from dlimages.model.cells import Expansion, expand
 from dlimages.model.matrixyaml import VersionsAsText
 from dlimages.model.selection import Selection, select
@@ -121,7 +121,7 @@ def run_the_rest(matrix: Matrix, expansion: Expansion, root: Path) -> None:
     json.dumps([cell.as_json() for cell in expansion.cells])
     cells_table(expansion.cells)
     exclusions_text(expansion.excluded)
-    doctor.format_report(doctor.report(expansion.cells, NODE), NODE)
+    doctor_text.format_report(doctor.report(expansion.cells, NODE), NODE)
     try:
         cells = select(matrix, expansion, Selection())
     except InputError:
@@ -480,7 +480,7 @@ def test_flags_return_or_raise_input_error(
         assert all(_plain(value) for value in (cuda, torch, tf, python, flavor, mirror)), "accepted non-ASCII"
     try:  # invoke doctor --gpu --driver
         node = doctor.node_from_flags(gpu, driver, lambda: NODE)
-        doctor.format_report(doctor.report(expansion.cells, node), node)
+        doctor_text.format_report(doctor.report(expansion.cells, node), node)
     except InputError as error:
         assert error.problems
     else:
