@@ -129,7 +129,8 @@ def push_image(
     Each `docker push` shows its progress on `out` (stdout when None): layers done of all, their uncompressed
     bytes, elapsed time; one line rewritten in place on a terminal, else a line per finished layer and at least
     one every 30 s. Each try of a push is stopped after `timeout` seconds (a hang is a transient failure).
-    With `archives`, layers go compressed with zstd instead (zstdpush.py: skopeo from a `docker save` archive).
+    With `archives`, layers go compressed with zstd instead (zstdpush.py: compressed as `docker save` streams them,
+    then copied by skopeo).
 
     Returns the results when every push was verified; otherwise raises PushError whose message names each
     failure and what to do, with all results attached. Raises InputError for bad refs or registries, or
@@ -187,7 +188,7 @@ class _Settings:
     out: TextIO
     _registry_config: Mapping[str, Any] | None = None
     _layers: dict[str, tuple[Layer, ...]] = field(default_factory=dict)  # image ID -> its layers
-    archives: Archives | None = None  # zstd: the saved images skopeo pushes from
+    archives: Archives | None = None  # zstd: the compressed layouts skopeo pushes from
 
     def with_retries(self, argv: list[str], timeout: float | None = None) -> _Outcome:
         def once(_attempt: int) -> Result:
@@ -199,11 +200,14 @@ class _Settings:
         """`docker push`, streamed with its progress shown, tried again as `with_retries` does; with archives,
         skopeo's zstd copy of the saved image instead."""
         if self.archives is not None:
+            if local_id not in self.archives.made:
+                self.out.write(f"zstd level {ZSTD_LEVEL}: compressing {target.ref}'s layers as the engine saves it\n")
+                self.out.flush()
             archive, failed = self.archives.archive(self.runner, target.ref, local_id)
             if archive is None:
                 assert failed is not None
                 return _Outcome(failed, 1, "other")
-            self.out.write(f"push {target.ref} -> {target.registry}: zstd level {ZSTD_LEVEL} (skopeo)\n")
+            self.out.write(f"push {target.ref} -> {target.registry}: its zstd layers as they are (skopeo)\n")
             insecure = self.insecure(target.registry)
 
             def once(_attempt: int) -> Result:
