@@ -19,12 +19,13 @@ from dlimages.core.runner import Runner
 from dlimages.generate import aptlock
 from dlimages.generate.baselock import LOCK_FILE as BASES_LOCK_FILE
 from dlimages.generate.baselock import BaseLock
-from dlimages.generate.lock import lock_state
+from dlimages.generate.lock import installs_with_uv, lock_state
 from dlimages.generate.render import IMAGES_DIR
 from dlimages.model.cells import Cell
 from dlimages.model.selection import flags_for
 from dlimages.model.spec import Matrix
 
+UV_CONTEXT = Path(".work/uv")  # the build context `uv`, relative to the repository root (commands.builds.stage_uv)
 UNKNOWN_REVISION = "unknown"  # what the label says when the source commit cannot be told
 CA_BUNDLE_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
@@ -124,6 +125,7 @@ class BuildPlan:
     base: BaseChoice
     notes: tuple[str, ...] = ()  # where the base comes from, what keeps this build from being reproducible
     apt: AptDebs | None = None  # None: the cell's apt step installs what the archive serves (no apt lock)
+    uv: bool = False  # its locked pip steps run uv, from the build context `uv` (UV_CONTEXT, stage_uv)
 
     def build_arg(self, name: str) -> str:
         """The value the build passes for --build-arg `name` ("" when it passes none)."""
@@ -156,6 +158,7 @@ def plan_build(
     progress: str = "plain",
     notes: Sequence[str] = (),
     apt: AptDebs | None = None,
+    uv: bool = False,
 ) -> BuildPlan:
     """Build without tags into an image ID; tags are applied only once the build has succeeded.
 
@@ -183,8 +186,10 @@ def plan_build(
     argv += secrets.argv()
     if apt is not None:
         argv += ["--build-context", f"apt-debs={apt.folder}"]
+    if uv:
+        argv += ["--build-context", f"uv={UV_CONTEXT}"]
     argv += ["--iidfile", str(iidfile), IMAGES_DIR]
-    return BuildPlan(cell, argv, iidfile, mirror, base, tuple(notes), apt)
+    return BuildPlan(cell, argv, iidfile, mirror, base, tuple(notes), apt, uv)
 
 
 def plan_builds(
@@ -217,7 +222,8 @@ def plan_builds(
         if base.resolve:
             notes.append(f"{base.name}: its digest is asked of the registry just before the build (not in a dry run)")
         notes += [base.note] if base.note and root is not None else []
-        if root is not None and not lock_state(root, cell, matrix.packages.pip).locked:
+        locked = root is not None and lock_state(root, cell, matrix.packages.pip).locked
+        if root is not None and not locked:
             notes.append(
                 "this cell has no lock: pip resolves its packages at build time, so this build is NOT reproducible "
                 f"(the image's label io.dlimages.locked says false); `{usage.LOCK} {flags_for(cell)}` where "
@@ -242,6 +248,7 @@ def plan_builds(
                 epoch=(epochs or {}).get(cell.slug, 0),
                 notes=notes,
                 apt=apt,
+                uv=installs_with_uv(cell, locked),
             )
         )
     return plans

@@ -3,8 +3,14 @@ repro (the proof that a build is reproducible)."""
 
 from __future__ import annotations
 
+import filecmp
+import os
 import shlex
+import shutil
+import tempfile
 from pathlib import Path
+
+from uv import find_uv_bin
 
 from dlimages.build import aptdebs, basesource
 from dlimages.build.advice import Remedies
@@ -19,7 +25,7 @@ from dlimages.build.bake import (
 )
 from dlimages.build.builder import all_built, builder_driver, next_commands, run_builds, summary_table
 from dlimages.build.ledger import Ledger
-from dlimages.build.plan import BuildPlan, Secrets, local_bases, plan_run
+from dlimages.build.plan import UV_CONTEXT, BuildPlan, Secrets, local_bases, plan_run
 from dlimages.commands.bases import make_local_bases
 from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, engine, say, warn_if_short_of_disk
@@ -212,7 +218,9 @@ def plan_cells(
 def fetch_debs(root: Path, plans: list[BuildPlan]) -> None:
     """The locked OS packages of every plan, fetched and checked into their flat repositories before any build
     starts: a file that cannot be had, or differs from its lock, stops the run (exit 1) naming the package, and no
-    build runs, so no tag moves."""
+    build runs, so no tag moves. uv is staged too where a plan's locked steps run it (stage_uv)."""
+    if any(each.uv for each in plans):
+        stage_uv(root)
     for each in plans:
         if each.apt is not None and not (root / each.apt.folder / "Packages").is_file():
             debs, where = len(each.apt.lock.debs), each.apt.origin.describe()
@@ -222,3 +230,20 @@ def fetch_debs(root: Path, plans: list[BuildPlan]) -> None:
                 aptdebs.flat_repo(each.apt.lock, each.apt.origin, root, RUNNER)
         except aptdebs.FetchError as error:
             raise Failed(f"error: {each.cell.slug}'s OS packages:\n{error}", code=1) from None
+
+
+def stage_uv(root: Path) -> Path:
+    """The project's pinned uv (the `uv` wheel's binary, which `invoke lock` runs too) as UV_CONTEXT/uv, the build
+    context the locked steps bind it from, never stored in an image; written again only when it differs, and
+    atomically, so a build running beside this one never sees half a file."""
+    source = Path(find_uv_bin())
+    target = root / UV_CONTEXT / "uv"
+    if target.is_file() and filecmp.cmp(source, target, shallow=False):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".uv-", delete=False) as part:
+        with source.open("rb") as binary:
+            shutil.copyfileobj(binary, part)
+    os.chmod(part.name, 0o755)  # noqa: S103 - the build runs it as the image user, not as root
+    os.replace(part.name, target)
+    return target

@@ -17,11 +17,12 @@ ALLOWED_INSTRUCTIONS = ("ARG", "FROM", "SHELL", "ENV", "RUN", "USER", "WORKDIR",
 FROM_LINE = "FROM ${BASE_IMAGE}"
 USER_LINE = "USER 1000:1000"
 SHELL_LINE = 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]'
-# RUN may mount a cache, a BuildKit secret, a tmpfs, or one file of the build context under /mnt, and the apt step
-# the locked .debs (the named context apt-debs, without network); nothing else (no other --network, --security, ssh
-# mounts, binds from other images or stages, writable binds).
+# RUN may mount a cache, a BuildKit secret, a tmpfs, or one file of the build context under /mnt; the apt step the
+# locked .debs (the named context apt-debs, without network), a locked pip step uv (the named context uv); nothing
+# else (no other --network, --security, ssh mounts, binds from other images or stages, writable binds).
 _RUN_FLAG = re.compile(
     r"--network=none|--mount=type=bind,from=apt-debs,target=/mnt/apt-debs"
+    r"|--mount=type=bind,from=uv,source=uv,target=/mnt/uv"
     r"|--mount=type=(?:cache|secret),(?:(?!from=)[A-Za-z0-9_=/.,-])+"
     r"|--mount=type=tmpfs,target=/[A-Za-z0-9_/.-]+"
     r"|--mount=type=bind,source=(?!/)(?!.*\.\.)[A-Za-z0-9_/.-]+,target=/mnt/[A-Za-z0-9_.-]+"

@@ -49,6 +49,22 @@ def install_flags(source_builds: Sequence[str] = ()) -> str:
     return INSTALL_FLAGS + (f" --no-binary={','.join(source_builds)}" if source_builds else "")
 
 
+def installs_with_uv(cell: Cell, locked: bool) -> bool:
+    """Whether the cell's locked steps install with uv (`uv_install`) rather than pip: a lock from PyPI (or its mirror)
+    alone. A lock that takes the framework from PyTorch's index as well stays with pip, which takes each file by its
+    hash from whichever index has it; uv would take each name from the first index that lists it."""
+    return locked and not (cell.install.index_url or cell.install.find_links)
+
+
+def uv_install(source_builds: Sequence[str] = ()) -> str:
+    """uv's command for a lock in a build (uv bound in at /mnt/uv): the same files by hash as `install_flags`, into
+    the venv, bytecode compiled as pip does, copied from uv's cache (a cache mount, another file system)."""
+    return (
+        "/mnt/uv pip install --python /opt/venv/bin/python --no-config --cache-dir /home/dev/.cache/uv "
+        f"--link-mode copy --compile-bytecode {install_flags(source_builds)}"
+    )
+
+
 _DIGEST_LINE = re.compile(r"^# Input: (sha256:[0-9a-f]{64})$", re.MULTILINE)
 _PIN_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?: \\)?$")
 

@@ -3,20 +3,24 @@ after success."""
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from uv import find_uv_bin
 
 from dlimages.build.mirrors import resolve
 from dlimages.build.plan import BuildPlan, Secrets, plan_build, plan_builds, source_date_epoch, source_revision
+from dlimages.commands.builds import stage_uv
 from dlimages.core.runner import DEFAULT, Runner
 from dlimages.model.cells import Cell, Expansion
 from dlimages.model.spec import Matrix
 
 CellLookup = Callable[[str, str], Cell]
+REPO = Path(__file__).resolve().parents[3]
 CA_CONTENT = "-----BEGIN CERTIFICATE-----\nMIIBsecretCAcontent\n-----END CERTIFICATE-----\n"
 
 
@@ -184,3 +188,28 @@ def test_source_date_epoch_is_the_last_commit_that_changed_the_cell(
     plans = plan_builds(matrix, [first], "none", Secrets(), tmp_path, "r", {first.slug: 1700000000})
     assert "SOURCE_DATE_EPOCH=1700000000" in plans[0].build
     assert "--provenance=false" in plans[0].build and "--sbom=false" in plans[0].build
+
+
+def test_a_cell_whose_locked_steps_run_uv_gets_the_uv_context(
+    real_matrix: Matrix, real_expansion: Expansion, tmp_path: Path
+) -> None:
+    """The repo's locked PyPI cells bind uv from the build context `uv` (staged at .work/uv), the others never."""
+    by_slug = {cell.slug: cell for cell in real_expansion.cells}
+    locked, unlocked = by_slug["cuda12.1-torch2.1.2-py3.11-runtime"], by_slug["cuda11.8-torch2.1.2-py3.10-runtime"]
+    plans = plan_builds(real_matrix, [locked, unlocked], "none", Secrets(), tmp_path, root=REPO)
+    assert [plan.uv for plan in plans] == [True, False]
+    assert shlex.join(["--build-context", "uv=.work/uv"]) in shlex.join(plans[0].build)
+    assert "uv=" not in " ".join(plans[1].build)
+    for plan in plans:  # the context matches what the committed Dockerfile mounts
+        assert ("from=uv" in (REPO / plan.cell.dockerfile).read_text()) == plan.uv
+
+
+def test_stage_uv_copies_the_pinned_uv_once_and_executable(tmp_path: Path) -> None:
+    staged = stage_uv(tmp_path)
+    assert staged == tmp_path / ".work/uv/uv" and staged.read_bytes() == Path(find_uv_bin()).read_bytes()
+    assert os.access(staged, os.X_OK) and staged.stat().st_mode & 0o005 == 0o005  # the image user runs it
+    before = staged.stat().st_ino
+    assert stage_uv(tmp_path).stat().st_ino == before  # the same: not written again
+    staged.write_bytes(b"an older uv")
+    assert stage_uv(tmp_path).read_bytes() == Path(find_uv_bin()).read_bytes()
+    assert sorted(path.name for path in staged.parent.iterdir()) == ["uv"]

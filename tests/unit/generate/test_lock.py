@@ -19,7 +19,7 @@ from dlimages.generate import lock
 from dlimages.generate.project import Project
 from dlimages.generate.render import render_cell
 from dlimages.generate.templating import environment
-from dlimages.model.cells import Cell, Expansion
+from dlimages.model.cells import Cell, Expansion, expand
 from dlimages.model.spec import Matrix
 
 PYPI_CELL = ("pytorch", "cuda12.1-torch2.1.2-py3.10-runtime")
@@ -309,6 +309,35 @@ def test_a_locked_cell_installs_from_its_lock_with_hashes_and_says_so(
     assert "/opt/venv/requirements.lock" in locked
     assert "--require-hashes" not in unlocked and 'io.dlimages.locked="false"' in unlocked
     assert "NOT LOCKED" in unlocked
+
+
+def test_a_locked_pypi_cell_installs_its_framework_and_package_set_with_uv(
+    repo_copy: Path, matrix: Matrix, pypi_cell: Cell
+) -> None:
+    """uv from the build context `uv`, the same hash-checked flags as pip, bytecode compiled, the CA and the mirror's
+    index pip would use; pip itself (pip.lock) still installs first, and `pip check` still runs last."""
+    locked = render_cell(environment(repo_copy), matrix, pypi_cell, locked=True)
+    steps = {name: next(step for step in locked.split("\nRUN ") if f"/mnt/{name}" in step) for name in lock.LOCK_FILES}
+    uv = "setpriv --reuid=1000 --regid=1000 --clear-groups /mnt/uv pip install --python /opt/venv/bin/python"
+    for name in ("framework.lock", "requirements.lock"):
+        step = steps[name]
+        assert "--mount=type=bind,from=uv,source=uv,target=/mnt/uv" in step
+        assert "--mount=type=cache,target=/home/dev/.cache/uv,uid=1000,gid=1000" in step and ".cache/pip" not in step
+        assert f"{uv} --no-config --cache-dir /home/dev/.cache/uv --link-mode copy --compile-bytecode " in step
+        assert f"--no-deps --require-hashes --only-binary=:all: -r /mnt/{name}" in step
+        assert "SSL_CERT_FILE=/run/secrets/pip_ca" in step
+        assert 'export UV_DEFAULT_INDEX="${PIP_INDEX_URL}"' in step
+        assert "--clear-groups pip install" not in step
+    assert "from=uv" not in steps["pip.lock"] and "-m pip install --no-cache-dir --no-deps" in steps["pip.lock"]
+    assert "pip check" in steps["requirements.lock"]
+    unlocked = render_cell(environment(repo_copy), matrix, pypi_cell, locked=False)
+    assert "from=uv" not in unlocked and "/mnt/uv" not in unlocked
+
+
+def test_uv_is_for_locks_from_one_index_only(matrix: Matrix, pypi_cell: Cell) -> None:
+    torch_index = next(cell for cell in expand(matrix).cells if cell.install.index_url)
+    assert lock.installs_with_uv(pypi_cell, True) and not lock.installs_with_uv(pypi_cell, False)
+    assert not lock.installs_with_uv(torch_index, True)  # pip: the hash, not the first index, picks each file
 
 
 def test_render_keeps_the_locks_and_renders_locked_cells_from_them(repo_copy: Path, pypi_cell: Cell) -> None:
