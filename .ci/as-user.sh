@@ -3,8 +3,9 @@
 # and the job user on GitHub's hosted runners), from a clone and a virtual environment of its own, against the engine
 # CI started (DOCKER_HOST) and the registry it pushed to. Each command must end without a traceback and give what
 # root's run gave: a cache-warm build leaves the very image root built, the push finds the registry's digest
-# unchanged, the image tests pass, dl-smoke says "no GPU" (exit 77), the image root signed verifies against the public
-# key (as a GPU node's user checks it) and smoke runs its digest, doctor gives root's verdicts, disk reports.
+# unchanged, a zstd push works from the user's clone, the image tests pass, dl-smoke says "no GPU" (exit 77), the
+# image root signed verifies against the public key (as a GPU node's user checks it) and smoke runs its digest,
+# doctor gives root's verdicts, disk reports.
 #
 # Usage: .ci/as-user.sh REGISTRY IMAGE PUBLIC-KEY BUILD-FLAGS...   (as root, after root built, pushed and signed IMAGE)
 # Creates the user dlimages-user when it does not exist, and deletes it (with its home) at the end if it did.
@@ -29,7 +30,12 @@ if ! id "$USER_NAME" >/dev/null 2>&1; then
 fi
 # The user goes, and with it what its tests left in /tmp (pytest's folder, owned by its uid, which a later user
 # would be given).
-cleanup() { ((created)) && { userdel --remove "$USER_NAME" 2>/dev/null; rm -rf "/tmp/pytest-of-$USER_NAME"; }; true; }
+readonly ZSTD_REGISTRY=dlimages-user-zstd
+cleanup() {
+    bash "$repo/.ci/registry.sh" stop "$ZSTD_REGISTRY" >/dev/null 2>&1
+    ((created)) && { userdel --remove "$USER_NAME" 2>/dev/null; rm -rf "/tmp/pytest-of-$USER_NAME"; }
+    true
+}
 trap cleanup EXIT
 id -nG "$USER_NAME" | grep -qw docker || die "$USER_NAME is not in the docker group"
 home="$(getent passwd "$USER_NAME" | cut -d: -f6)"
@@ -86,6 +92,19 @@ log "build (cache-warm): $((SECONDS - start)) s, the image root built ($user_id)
 as_user push "invoke push --registry $registry --report .work/build-report.json" || die "invoke push failed"
 [[ "$(remote_digest)" == "$root_digest" ]] || die "the registry's $image moved from $root_digest"
 log "push: the registry still holds $root_digest"
+
+# zstd, as the user: the offline base's layers compressed as the engine streams them, in the user's own .work/, pushed
+# to a registry of its own (root's tag stays gzip), pulled back by invoke; nothing is left in .work/ but the report.
+zstd_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+bash "$repo/.ci/registry.sh" start "$ZSTD_REGISTRY" "$zstd_port" >/dev/null || die "could not start a registry"
+as_user push-zstd "invoke push --image dlimages/base:debian12 --registry 127.0.0.1:$zstd_port --compression zstd \
+    --no-sign --report .work/zstd-report.json" || die "invoke push --compression zstd failed"
+curl -fsS -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+    "http://127.0.0.1:$zstd_port/v2/dlimages/base/manifests/debian12" | grep -q 'layer.v1.tar+zstd' \
+    || die "the registry got no zstd layers"
+[[ -z "$(find "$work/.work" -maxdepth 1 -name 'push-*')" ]] || die "invoke push left its zstd layers in .work/"
+bash "$repo/.ci/registry.sh" stop "$ZSTD_REGISTRY" >/dev/null
+log "push --compression zstd: zstd layers, pulled back, nothing left in .work/"
 
 # The main job's install has no test tools: `invoke test` names the extra that brings them, exit 2, nothing run.
 code=0
