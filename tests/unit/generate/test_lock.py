@@ -328,6 +328,7 @@ def test_a_locked_pypi_cell_installs_its_framework_and_package_set_with_uv(
         assert "SSL_CERT_FILE=/run/secrets/pip_ca" in step
         assert 'export UV_DEFAULT_INDEX="${PIP_INDEX_URL}"' in step
         assert "--clear-groups pip install" not in step
+        assert f"-r /mnt/{name} \\\n && rm -f /opt/venv/.lock \\\n" in step  # uv's world-writable lock file
     assert "from=uv" not in steps["pip.lock"] and "-m pip install --no-cache-dir --no-deps" in steps["pip.lock"]
     assert "pip check" in steps["requirements.lock"]
     unlocked = render_cell(environment(repo_copy), matrix, pypi_cell, locked=False)
