@@ -11,7 +11,7 @@ rounds="${1:-2}"
 cell=(--cuda 12.1 --torch 2.1 --python 3.11 --mirror none)
 image=lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime
 naive=lab/naive-pytorch:bench
-mirror="$(python3 -c 'from dlimages.build.mirrors import debian_mirrors; print(debian_mirrors()[0].rstrip("/"))')"
+read -r mirror security < <(python3 -c 'from dlimages.build.mirrors import debian_mirrors; print(*debian_mirrors())')
 ca=/etc/ssl/certs/ca-certificates.crt
 now() { date +%s.%N; }
 since() { printf '%.1f' "$(echo "$(now) - $1" | bc)"; }
@@ -29,8 +29,9 @@ for round in $(seq "$rounds"); do
         if [[ $kind == invoke ]]; then
             invoke build "${cell[@]}" >/dev/null
         else
-            docker buildx build --load --provenance=false --build-arg "APT_MIRROR=$mirror" \
-                --secret "id=pip_ca,src=$ca" --tag "$naive" --file scripts/bench/naive.Dockerfile scripts/bench >/dev/null
+            docker buildx build --load --provenance=false --build-arg "APT_MIRROR=${mirror%/}" \
+                --build-arg "APT_SECURITY_MIRROR=${security%/}" --secret "id=pip_ca,src=$ca" --tag "$naive" \
+                --file scripts/bench/naive.Dockerfile scripts/bench >/dev/null
         fi
         echo "round $round $kind $(since "$start") s"
     done

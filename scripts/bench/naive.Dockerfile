@@ -4,9 +4,12 @@
 # asking for this PyTorch writes them), no lock, no hashes, no cache mount. Not a cell: nothing renders or tests it.
 FROM dlimages/base:debian12
 ARG APT_MIRROR
+ARG APT_SECURITY_MIRROR
 RUN if [ -n "$APT_MIRROR" ]; then \
-        printf 'Types: deb\nURIs: %s\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: %s\n' \
-            "$APT_MIRROR" /usr/share/keyrings/debian-archive-keyring.gpg > /etc/apt/sources.list.d/debian.sources; \
+        printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n\n' \
+            "$APT_MIRROR" "bookworm bookworm-updates" /usr/share/keyrings/debian-archive-keyring.gpg \
+            "$APT_SECURITY_MIRROR" bookworm-security /usr/share/keyrings/debian-archive-keyring.gpg \
+            > /etc/apt/sources.list.d/debian.sources; \
     fi \
  && apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv python3-pip ca-certificates git zsh tini \
