@@ -130,6 +130,8 @@ def write_layout(stream: IO[bytes], layout: Path) -> dict[str, Any]:
     for layer in manifest["layers"]:
         if layer["mediaType"] not in LAYER_TYPES:
             raise LayoutError(f"layer {layer['digest']} is {layer['mediaType']}, not an uncompressed tar")
+        if layer["digest"] not in compressed:
+            raise LayoutError(f"docker save's output lacks layer {layer['digest']}")
         digest, size = compressed[layer["digest"]]
         layers.append({**layer, "mediaType": ZSTD_LAYER, "digest": digest, "size": size})
     kept = {layer["digest"] for layer in layers}

@@ -29,7 +29,7 @@ def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def saved(layers: list[bytes], *, bad: bool = False, index: bool = True) -> tuple[bytes, bytes]:
+def saved(layers: list[bytes], *, bad: bool = False, index: bool = True, drop: bool = False) -> tuple[bytes, bytes]:
     """A tar as Docker 25+'s `docker save` writes it, and the image's config."""
     config = json.dumps({"rootfs": {"type": "layers", "diff_ids": [sha(layer) for layer in layers]}}).encode()
     manifest = json.dumps(
@@ -43,6 +43,8 @@ def saved(layers: list[bytes], *, bad: bool = False, index: bool = True) -> tupl
     files = {f"blobs/sha256/{sha(blob)[7:]}": blob for blob in (*layers, config, manifest)}
     if bad:
         files[f"blobs/sha256/{sha(layers[0])[7:]}"] = layers[0] + b"x"
+    if drop:
+        del files[f"blobs/sha256/{sha(layers[0])[7:]}"]
     if index:
         files["index.json"] = json.dumps({"manifests": [{"digest": sha(manifest), "size": len(manifest)}]}).encode()
     files["manifest.json"] = b"[]"
@@ -94,10 +96,13 @@ def test_the_same_image_gives_the_same_layout_whatever_the_threads(
     assert seen[0] == seen[1] == seen[2]
 
 
-def test_a_layer_whose_bytes_are_not_its_digest_is_refused(tmp_path: Path) -> None:
+def test_a_layer_whose_bytes_are_not_its_digest_or_that_is_missing_is_refused(tmp_path: Path) -> None:
     stream, _ = saved(LAYERS, bad=True)
     with pytest.raises(LayoutError, match="has other bytes"):
-        write_layout(io.BytesIO(stream), tmp_path / "layout")
+        write_layout(io.BytesIO(stream), tmp_path / "bad")
+    stream, _ = saved(LAYERS, drop=True)
+    with pytest.raises(LayoutError, match="lacks layer sha256:"):
+        write_layout(io.BytesIO(stream), tmp_path / "missing")
 
 
 def saver(stream: bytes, code: int = 0) -> tuple[Callable[[str], tuple[io.BytesIO, Callable[[], Result]]], list[str]]:
