@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import atexit
 import functools
+import io
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
 # Runs argv in cwd, hands every output line (stdout and stderr merged, without its newline) to the callback,
@@ -66,6 +68,29 @@ def stream_subprocess(argv: Sequence[str], cwd: Path | None, on_line: Callable[[
             proc.terminate()
             proc.wait(timeout=30)
             raise
+
+
+def byte_stream(argv: Sequence[str], timeout: float) -> tuple[IO[bytes], Callable[[], Result]]:
+    """argv's stdout as bytes to read as they come (`docker save` of gigabytes, never held whole), and the function
+    to call once it is read (or closed): it waits for the program, at most `timeout` seconds more, and says how it
+    ended (its stderr captured). A program that cannot start gives an empty stream and exit 127."""
+    try:
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as error:
+        why = f"cannot run {argv[0]}: {error}"
+        return io.BytesIO(b""), lambda: Result(tuple(argv), NOT_FOUND, "", why)
+    assert proc.stdout is not None
+
+    def finish() -> Result:
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            return Result(tuple(argv), TIMED_OUT, "", err.decode(errors="replace"))
+        return Result(tuple(argv), proc.returncode, "", err.decode(errors="replace"))
+
+    return proc.stdout, finish
 
 
 @dataclass(frozen=True)

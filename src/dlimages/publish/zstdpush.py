@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from typing import IO, Any
 
 import zstandard
 
-from dlimages.core.runner import Result, Runner
+from dlimages.core.runner import Result, Runner, byte_stream
 
 COMPRESSIONS = ("gzip", "zstd")
 OLD_SAVE = "--compression zstd needs Docker 25.0 or later to push from: its `docker save` writes an OCI layout"
@@ -48,20 +47,7 @@ class LayoutError(Exception):
 
 
 def docker_save(ref: str) -> tuple[IO[bytes], Callable[[], Result]]:
-    argv = ["docker", "save", ref]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert process.stdout is not None
-
-    def finish() -> Result:
-        try:
-            _, err = process.communicate(timeout=SAVE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _, err = process.communicate()
-            return Result(tuple(argv), 124, "", err.decode(errors="replace"))
-        return Result(tuple(argv), process.returncode, "", err.decode(errors="replace"))
-
-    return process.stdout, finish
+    return byte_stream(["docker", "save", ref], SAVE_TIMEOUT_S)
 
 
 class Archives:

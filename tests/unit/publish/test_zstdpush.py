@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from dlimages.core.runner import Result, Runner
+from dlimages.core.runner import Result, Runner, byte_stream
 from dlimages.publish.push import PushError, push_image
 from dlimages.publish.zstdpush import OLD_SAVE, ZSTD_LAYER, ZSTD_LEVEL, Archives, LayoutError, write_layout
 
@@ -179,3 +179,14 @@ def test_a_failed_or_old_save_fails_the_push_and_leaves_no_layout(
         push_image(["lab/x:v1"], ["127.0.0.1:5000"], runner=engine([]), archives=archives, out=io.StringIO())
     assert says in str(failed.value)
     assert list(archives.folder.iterdir()) == []
+
+
+def test_the_save_is_read_as_it_comes_and_its_end_is_reported() -> None:
+    """byte_stream (core.runner), as docker_save uses it: stdout as bytes, then the exit code and stderr; a program
+    that cannot start is exit 127, not an exception."""
+    stream, finish = byte_stream(["sh", "-c", "head -c 3000000 /dev/zero; echo gone >&2; exit 3"], 30)
+    assert len(stream.read()) == 3_000_000
+    done = finish()
+    assert (done.code, done.err.strip()) == (3, "gone")
+    stream, finish = byte_stream(["dlimages-no-such-program"], 30)
+    assert stream.read() == b"" and finish().code == 127 and "cannot run" in finish().err
