@@ -22,7 +22,9 @@ from dlimages.build.advice import MIRROR_BASES, Remedies
 from dlimages.build.builder import TABLE_WIDTH, BuildResult, run_build, summary_table
 from dlimages.build.mirrors import MirrorArgs
 from dlimages.build.plan import Secrets, apt_debs, plan_build
+from dlimages.commands.builds import stage_uv
 from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.generate.lock import installs_with_uv, lock_state
 from dlimages.generate.project import Project
 from dlimages.model.cells import Cell
 from dlimages.model.spec import Matrix
@@ -62,8 +64,11 @@ def build(
     apt = apt_debs(REPO, cell, mirror, None)  # the cell's locked OS packages, as `invoke build` hands them in
     if apt is not None:
         aptdebs.flat_repo(apt.lock, apt.origin, REPO, RUNNER)
+    uv = installs_with_uv(cell, lock_state(REPO, cell, Project(REPO).matrix.packages.pip).locked)
+    if uv:  # the locked steps' uv, as `invoke build` stages it and hands it in
+        stage_uv(REPO)
     iidfile = workdir / f"{cell.slug}.iid"
-    plan = plan_build(cell, mirror, Secrets(), base_image=base_image, iidfile=iidfile, apt=apt)
+    plan = plan_build(cell, mirror, Secrets(), base_image=base_image, iidfile=iidfile, apt=apt, uv=uv)
     out = io.StringIO()
     result = run_build(plan, REPO, out, remedies=remedies)
     assert not result.ok, out.getvalue()[-3000:]
