@@ -1,6 +1,7 @@
 """`invoke push --compression zstd` against the real engine, skopeo and two registries on 127.0.0.1: the registries get
 zstd layers, both pushes give the same manifest digest, and the engine the project installs pulls the image back
-from nothing and runs it.
+from nothing and runs it. The layout the push writes from the engine's API stream is the one the CLI's `docker save`
+gives.
 
 The image is small: the offline base (`dlimages/base:debian12`) with one layer of its own, whose content is unique to
 the run, so the pull has to fetch and decompress it.
@@ -21,6 +22,8 @@ import pytest
 from support import free_port, require_engine
 
 from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.core.runner import byte_stream
+from dlimages.publish.zstdpush import docker_save, engine_socket, write_layout
 
 pytestmark = pytest.mark.integration
 
@@ -102,3 +105,33 @@ def test_zstd_layers_the_same_digest_twice_and_the_engine_pulls_and_runs_them(
     assert docker("run", "--rm", "--network", "none", "--entrypoint", "cat", pinned, "/marker") == marker
     server = docker("version", "--format", "{{.Server.Version}}")
     assert int(server.split(".")[0]) >= 23, f"engine {server}: zstd layers need Docker 23.0 or later"
+
+
+def test_the_engines_api_stream_gives_what_docker_save_gives(tmp_path: Path) -> None:
+    """The zstd push reads the image from the engine's API socket, not through the CLI: the layout it writes is the
+    one the CLI's `docker save` gives, byte for byte, and a missing image gets the engine's own message, naming
+    the image."""
+    require_engine()
+    if RUNNER.image_id(BASE) is None:
+        pytest.fail(f"{BASE} is missing: make it with `invoke base`", pytrace=False)
+    assert engine_socket(os.environ) is not None, "the tests' engine is not on a unix socket: the API path is untested"
+    layouts = {}
+    for how, (stream, finish) in {
+        "api": docker_save(BASE),
+        "cli": byte_stream(["docker", "save", BASE], 600),
+    }.items():
+        layouts[how] = write_layout(stream, tmp_path / how)
+        stream.close()
+        assert finish().ok, f"{how}: {finish().err}"
+    assert layouts["api"] == layouts["cli"]
+    files = {
+        how: sorted(p.relative_to(tmp_path / how) for p in (tmp_path / how).rglob("*") if p.is_file())
+        for how in layouts
+    }
+    assert files["api"] == files["cli"]
+    for name in files["api"]:
+        assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+    stream, finish = docker_save(f"{NAME}-missing:v1")
+    assert stream.read() == b""
+    failed = finish()
+    assert not failed.ok and f"{NAME}-missing:v1: the engine answered reference does not exist" in failed.err

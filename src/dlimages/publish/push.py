@@ -203,7 +203,7 @@ class _Settings:
             if local_id not in self.archives.made:
                 self.out.write(f"zstd level {ZSTD_LEVEL}: compressing {target.ref}'s layers as the engine saves it\n")
                 self.out.flush()
-            archive, failed = self.archives.archive(self.runner, target.ref, local_id)
+            archive, failed = self.archives.archive(target.ref, local_id)
             if archive is None:
                 assert failed is not None
                 return _Outcome(failed, 1, "other")

@@ -18,7 +18,18 @@ import zstandard
 
 from dlimages.core.runner import Result, Runner, byte_stream
 from dlimages.publish.push import PushError, push_image
-from dlimages.publish.zstdpush import OLD_SAVE, ZSTD_LAYER, ZSTD_LEVEL, Archives, LayoutError, write_layout
+from dlimages.publish.zstdpush import (
+    CHUNK,
+    OLD_SAVE,
+    ZSTD_LAYER,
+    ZSTD_LEVEL,
+    Archives,
+    LayoutError,
+    _number,
+    _Tar,
+    engine_socket,
+    write_layout,
+)
 
 LOCAL_ID = "sha256:" + "1" * 64
 DIGEST = "sha256:" + "2" * 64
@@ -190,3 +201,82 @@ def test_the_save_is_read_as_it_comes_and_its_end_is_reported() -> None:
     assert (done.code, done.err.strip()) == (3, "gone")
     stream, finish = byte_stream(["dlimages-no-such-program"], 30)
     assert stream.read() == b"" and finish().code == 127 and "cannot run" in finish().err
+
+
+@pytest.mark.parametrize("form", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_the_tar_reader_reads_what_tarfile_reads_in_every_header_format(form: int) -> None:
+    """Go's archive/tar (the engine's) may write ustar prefixes, PAX records or GNU long names: each member comes out
+    with tarfile's name, size and bytes, directories are not files, and data larger than the buffer is whole."""
+    deep = "blobs/" + "d" * 90 + "/" + "e" * 60  # over 100 bytes: a ustar prefix, a GNU long name or a PAX path
+    files = {"index.json": b"{}", deep: os.urandom(CHUNK + 12345), "blobs/sha256/" + "a" * 64: b""}
+    if form != tarfile.USTAR_FORMAT:
+        files["blobs/" + "é" * 120] = b"non-ascii, long"  # PAX: a UTF-8 path record
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=form) as archive:
+        archive.addfile(_directory("blobs"))
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    reader = _Tar(io.BytesIO(out.getvalue() + bytes(10240)))  # and padding after the end marker, as Go writes
+    seen = {}
+    for name, size, is_file in reader.members():
+        if is_file:
+            seen[name] = b"".join(bytes(chunk) for chunk in reader.data())
+            assert len(seen[name]) == size
+        else:
+            assert name.rstrip("/") == "blobs"
+    assert seen == files
+
+
+def _directory(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    return info
+
+
+def test_the_tar_reader_refuses_a_broken_stream() -> None:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        info = tarfile.TarInfo("blobs/sha256/" + "b" * 64)
+        info.size = 5000
+        archive.addfile(info, io.BytesIO(bytes(5000)))
+    whole = out.getvalue()
+    with pytest.raises(LayoutError, match="ended inside a file"):
+        reader = _Tar(io.BytesIO(whole[:3000]))
+        for _ in reader.members():
+            list(reader.data())
+    garbled = bytearray(whole)
+    garbled[10] ^= 0xFF
+    with pytest.raises(LayoutError, match="checksum"):
+        list(_Tar(io.BytesIO(bytes(garbled))).members())
+
+
+def test_tar_numbers_octal_and_base_256() -> None:
+    assert _number(b"00000001750\0") == 1000
+    assert _number(b"\0" * 12) == 0
+    ten_gib = 10 << 30
+    assert _number(bytes([0x80]) + ten_gib.to_bytes(11, "big")) == ten_gib  # GNU, for sizes over 8 GiB
+
+
+@pytest.mark.parametrize(
+    ("env", "config", "socket"),
+    [
+        ({"DOCKER_HOST": "unix:///run/user/1000/docker.sock"}, None, "/run/user/1000/docker.sock"),
+        ({"DOCKER_HOST": "tcp://10.0.0.2:2376"}, None, None),
+        ({"DOCKER_HOST": "ssh://node"}, None, None),
+        ({}, None, "/var/run/docker.sock"),
+        ({}, {"currentContext": "default"}, "/var/run/docker.sock"),
+        ({}, {"currentContext": "rootless"}, None),
+        ({"DOCKER_CONTEXT": "remote"}, None, None),
+        ({"DOCKER_HOST": "unix:///x.sock", "DOCKER_CONTEXT": "remote"}, None, "/x.sock"),
+    ],
+)
+def test_the_engine_socket_is_the_one_the_cli_would_use(
+    tmp_path: Path, env: dict[str, str], config: dict[str, str] | None, socket: str | None
+) -> None:
+    """The image is read from the API socket only where the CLI would talk to that very socket; anything else (a TCP
+    or SSH host, another context) goes through the CLI."""
+    if config is not None:
+        (tmp_path / "config.json").write_text(json.dumps(config))
+    assert engine_socket({**env, "DOCKER_CONFIG": str(tmp_path)}) == socket
