@@ -42,6 +42,7 @@ DISK_NEED_GB = 50
 # holds tens of GB and /tmp may be memory.
 ENGINE_PARENT = Path("/var/tmp")  # noqa: S108 (mkdtemp makes a fresh, private folder in it)
 ENGINE_PREFIX = "dlimages-ci-engine-"
+SCRATCH_PREFIX = "dlimages-ci-tmp-"  # TMPDIR of every step: what chromium, torch, uv and pytest leave goes with it
 REGISTRY_PORT = 5055
 REGISTRY_NAME = "ci"
 REPORT = ".work/build-report.json"

@@ -4,6 +4,7 @@ checks) and ci (end to end, on an engine of its own)."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -48,6 +49,12 @@ def ci(root: Path, shell: Context) -> None:
         raise Failed(f"error: `{usage.CI}` starts an engine of its own and creates a user: run it as root", code=2)
     own = Path(tempfile.mkdtemp(prefix=ci_plan.ENGINE_PREFIX, dir=ci_plan.ENGINE_PARENT))
     os.environ["DOCKER_HOST"] = f"unix://{own}/docker.sock"  # every step below, and the image tests
+    # The host's /tmp is left as it was: every step's temporary files (chromium's profiles, torch's caches, uv's
+    # locks, pytest's folders) go to a folder of this run, writable by all as /tmp is (the unprivileged user's steps
+    # inherit TMPDIR), deleted at the end.
+    scratch = Path(tempfile.mkdtemp(prefix=ci_plan.SCRATCH_PREFIX, dir=ci_plan.ENGINE_PARENT))
+    scratch.chmod(0o1777)
+    os.environ["TMPDIR"] = str(scratch)
     timings: list[tuple[str, float]] = []
     try:
         for step in ci_plan.end_to_end(root, own):
@@ -62,6 +69,7 @@ def ci(root: Path, shell: Context) -> None:
     finally:
         for step in ci_plan.cleanup(root, own):
             shell.run(step.command, warn=True, hide=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _say_free_space(after: str) -> None:
