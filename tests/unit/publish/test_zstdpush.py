@@ -280,39 +280,3 @@ def test_the_engine_socket_is_the_one_the_cli_would_use(
     if config is not None:
         (tmp_path / "config.json").write_text(json.dumps(config))
     assert engine_socket({**env, "DOCKER_CONFIG": str(tmp_path)}) == socket
-
-
-def test_a_socket_that_does_not_answer_as_an_engine_leaves_the_save_to_the_cli(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Nothing listening, or something that is not HTTP: `docker save` through the CLI, which says what is wrong."""
-    import socket
-    import threading
-
-    from dlimages.publish import zstdpush
-
-    cli: list[list[str]] = []
-
-    def through_cli(argv: list[str], timeout: float) -> tuple[io.BytesIO, None]:
-        cli.append(list(argv))
-        return io.BytesIO(), None
-
-    monkeypatch.setattr(zstdpush, "byte_stream", through_cli)
-    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
-    zstdpush.docker_save("lab/x:v1")
-    path = tmp_path / "garbage.sock"
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
-    server.listen(1)
-
-    def answer() -> None:
-        peer, _ = server.accept()
-        peer.recv(4096)
-        peer.sendall(b"not http at all\r\n\r\n")
-        peer.close()
-
-    threading.Thread(target=answer, daemon=True).start()
-    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
-    zstdpush.docker_save("lab/x:v1")
-    server.close()
-    assert cli == [["docker", "save", "lab/x:v1"]] * 2
