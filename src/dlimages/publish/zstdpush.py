@@ -61,8 +61,8 @@ def docker_save(ref: str) -> tuple[IO[bytes], Callable[[], Result]]:
     if path is not None:
         try:
             return _api_save(path, ref)
-        except OSError:
-            pass  # the CLI says what is wrong, as for every other command
+        except (OSError, http.client.HTTPException):
+            pass  # not an engine that answers: the CLI says what is wrong, as for every other command
     return byte_stream(["docker", "save", ref], SAVE_TIMEOUT_S)
 
 

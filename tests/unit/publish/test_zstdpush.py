@@ -280,3 +280,38 @@ def test_the_engine_socket_is_the_one_the_cli_would_use(
     if config is not None:
         (tmp_path / "config.json").write_text(json.dumps(config))
     assert engine_socket({**env, "DOCKER_CONFIG": str(tmp_path)}) == socket
+
+
+def test_a_socket_that_does_not_answer_as_an_engine_leaves_the_save_to_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing listening, or something that is not HTTP: `docker save` through the CLI, which says what is wrong."""
+    import socket
+    import tempfile
+    import threading
+
+    from dlimages.publish import zstdpush
+
+    cli: list[list[str]] = []
+
+    def through_cli(argv: list[str], timeout: float) -> tuple[io.BytesIO, None]:
+        cli.append(list(argv))
+        return io.BytesIO(), None
+
+    monkeypatch.setattr(zstdpush, "byte_stream", through_cli)
+    # a unix socket's path has at most 107 bytes: pytest's tmp_path under a long TMPDIR (CI's) is longer
+    with tempfile.TemporaryDirectory(prefix="zs-", dir="/tmp") as short:
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{short}/none.sock")
+        zstdpush.docker_save("lab/x:v1")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(f"{short}/garbage.sock")
+            server.listen(1)
+
+            def answer() -> None:
+                peer, _ = server.accept()
+                peer.recv(4096)
+                peer.sendall(b"not http at all\r\n\r\n")
+                peer.close()
+
+            threading.Thread(target=answer, daemon=True).start()
+            monkeypatch.setenv("DOCKER_HOST", f"unix://{short}/garbage.sock")
+            zstdpush.docker_save("lab/x:v1")
+    assert cli == [["docker", "save", "lab/x:v1"]] * 2
