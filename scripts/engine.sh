@@ -224,7 +224,7 @@ warn_if_not_reproducible() {
     fi
     store="$(docker info --format '{{.DriverStatus}}' 2>/dev/null || true)"
     if [[ "$store" == *io.containerd.snapshotter* ]]; then
-        log "warning: the engine uses the containerd image store; the reproducibility checks here were made with the classic overlay2 store"
+        log "warning: the engine uses the containerd image store: invoke build cannot tag what it builds there (its --iidfile names the config, the store names images by manifest), and the reproducibility checks here were made with the classic overlay2 store"
     fi
 }
 
