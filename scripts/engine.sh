@@ -4,6 +4,8 @@
 # Usage: scripts/engine.sh [--mirror URL] [--fixtures]             the host's engine (the one `docker` talks to)
 #        scripts/engine.sh --own DIR [--mirror URL] [--fixtures]   an engine of its own: data root, sockets, log in DIR
 #        scripts/engine.sh --stop-own DIR                          stop that engine and delete DIR
+#        add --store containerd to --own: that engine keeps images in the containerd image store (the default of fresh
+#        Docker 29+ installs) instead of the classic overlay2 store
 # Without --own: if an engine already answers `docker info`, it is used as is: only cosign (and with --fixtures the
 # tests' tools) is installed where missing, never the engine packages. Tasks that need the engine run this themselves
 # when none answers (`--no-engine-setup` or DLIMAGES_NO_ENGINE_SETUP=1 turns that off). Installing packages and
@@ -32,6 +34,7 @@ readonly DOCKERD_TIMEOUT="${DOCKERD_TIMEOUT:-60}"
 DOCKERD_DATA_ROOT="${DOCKERD_DATA_ROOT:-/var/lib/docker}"
 DOCKERD_PIDFILE=/var/run/docker.pid
 DOCKERD_FLAGS=()
+STORE=overlay2  # --store: the image store of an --own engine, overlay2 (classic) or containerd
 # The file --own writes into its DIR: --stop-own deletes only a DIR that holds it.
 readonly OWN_MARK=.dlimages-engine
 readonly APT_DIR="${APT_DIR:-/etc/apt}"
@@ -191,9 +194,12 @@ start_dockerd() {
         log "dockerd already running (pid $pid), waiting for it to answer"
     else
         command -v dockerd >/dev/null || die "dockerd not installed"
-        log "starting dockerd (overlay2, data root $DOCKERD_DATA_ROOT, log $DOCKERD_LOG)"
+        # The containerd store names its overlay snapshotter overlayfs; the classic store's driver is overlay2.
+        local driver=overlay2
+        [[ "$STORE" == containerd ]] && driver=overlayfs
+        log "starting dockerd ($STORE image store, $driver, data root $DOCKERD_DATA_ROOT, log $DOCKERD_LOG)"
         # setsid: the daemon must outlive this script and the shell that ran it.
-        setsid dockerd --storage-driver=overlay2 --data-root="$DOCKERD_DATA_ROOT" \
+        setsid dockerd --storage-driver="$driver" --data-root="$DOCKERD_DATA_ROOT" \
             --pidfile="$DOCKERD_PIDFILE" "${DOCKERD_FLAGS[@]}" >>"$DOCKERD_LOG" 2>&1 </dev/null &
         pid=$!
     fi
@@ -282,6 +288,10 @@ own() {
     chmod 0711 "$dir"  # members of the docker group reach DIR/docker.sock; nothing else in DIR is theirs
     DOCKERD_DATA_ROOT="$dir/data" DOCKERD_PIDFILE="$dir/dockerd.pid" DOCKERD_LOG="$dir/dockerd.log"
     DOCKERD_FLAGS=(--exec-root="$dir/exec" --host="unix://$dir/docker.sock" --group=docker)
+    if [[ "$STORE" == containerd ]]; then
+        printf '{"features": {"containerd-snapshotter": true}}\n' >"$dir/daemon.json"
+        DOCKERD_FLAGS+=(--config-file="$dir/daemon.json")
+    fi
     export DOCKER_HOST="unix://$dir/docker.sock"
     start_dockerd
     docker version --format 'engine.sh: client {{.Client.Version}}, server {{.Server.Version}} (API {{.Server.APIVersion}})'
@@ -314,7 +324,11 @@ while (($#)); do
         --own) mode=own dir="${2:?--own needs a folder}" && shift ;;
         --stop-own) mode=stop_own dir="${2:?--stop-own needs a folder}" && shift ;;
         --fixtures) FIXTURES=1 ;;
-        *) die "unknown argument '$1' (usage: scripts/engine.sh [--mirror URL] [--fixtures] | --own DIR [--mirror URL] [--fixtures] | --stop-own DIR)" ;;
+        --store)
+            STORE="${2:?--store needs overlay2 or containerd}" && shift
+            [[ "$STORE" == overlay2 || "$STORE" == containerd ]] || die "--store '$STORE': overlay2 or containerd"
+            ;;
+        *) die "unknown argument '$1' (usage: scripts/engine.sh [--mirror URL] [--fixtures] | --own DIR [--store overlay2|containerd] [--mirror URL] [--fixtures] | --stop-own DIR)" ;;
     esac
     shift
 done

@@ -19,16 +19,17 @@ from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
 from dlimages.core.grammar import count_problem
+from dlimages.core.imagestore import Built
 from dlimages.core.runner import Runner
 
 BAKE_FILE = ".work/docker-bake.json"  # .work/ is ignored by git: a file in the tree would mark the next build -dirty
 GROUP = "default"
 # What `--provenance=false --sbom=false` says in a bake target: no attestation carries the build's own time.
 _ATTESTATIONS = {"--provenance=false": "type=provenance,disabled=true", "--sbom=false": "type=sbom,disabled=true"}
-# Flags of a plan's argv that belong to the run, not to the target: progress is the bake command's, the image ID
+# Flags of a plan's argv that belong to the run, not to the target: progress is the bake command's, what was built
 # comes from bake's metadata file, and --load is the target's output.
 _RUN_FLAGS = re.compile(r"--progress=.*")
-_VALUE_FLAGS = ("--file", "--build-arg", "--secret", "--iidfile", "--build-context")
+_VALUE_FLAGS = ("--file", "--build-arg", "--secret", "--metadata-file", "--build-context")
 _PREFIX = ("docker", "buildx", "build")
 
 
@@ -134,21 +135,16 @@ def render_bake(document: Mapping[str, object]) -> str:
 
 
 def bake_argv(bake_file: str, metadata_file: str, *, progress: str = "plain", no_cache: bool = False) -> list[str]:
-    """The command that builds every target of `bake_file` and writes each one's image ID to `metadata_file`."""
+    """The command that builds every target of `bake_file` and writes what each one built to `metadata_file`."""
     argv = ["docker", "buildx", "bake", "--file", bake_file, f"--progress={progress}", "--metadata-file", metadata_file]
     return argv + (["--no-cache"] if no_cache else [])
 
 
-def image_ids(metadata: Mapping[str, object], plans: Sequence[BuildPlan]) -> dict[str, str]:
-    """Each built cell's image ID (slug -> sha256:...), from bake's metadata file (`containerimage.config.digest`,
-    the image ID on the docker driver); a cell missing there was not built."""
-    found: dict[str, str] = {}
-    for plan in plans:
-        entry = metadata.get(target_name(plan))
-        digest = entry.get("containerimage.config.digest") if isinstance(entry, Mapping) else None
-        if isinstance(digest, str) and digest.startswith("sha256:"):
-            found[plan.cell.slug] = digest
-    return found
+def built_images(metadata: Mapping[str, object], plans: Sequence[BuildPlan]) -> dict[str, Built]:
+    """What each cell's build produced (slug -> its config and manifest digests), from bake's metadata file; a cell
+    missing there was not built."""
+    found = {plan.cell.slug: Built.of(metadata.get(target_name(plan))) for plan in plans}
+    return {slug: built for slug, built in found.items() if built is not None}
 
 
 CACHE_ALLOWED = "a buildx cache spec such as type=registry,ref=HOST[:PORT]/NAME:TAG (ASCII, no spaces or quotes)"

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TextIO
 
 from dlimages.build.advice import Attempt, Diagnosis, Remedies, diagnose
-from dlimages.build.bake import bake_argv, bake_document, image_ids, render_bake, target_name
+from dlimages.build.bake import bake_argv, bake_document, built_images, render_bake, target_name
 from dlimages.build.plan import BuildPlan
 from dlimages.build.progress import BuildProgress, ProgressDisplay
+from dlimages.core.imagestore import Built, image_store
 from dlimages.core.runner import DEFAULT, Runner, run_folder
 from dlimages.model.cells import Cell
 from dlimages.model.tables import format_table
@@ -37,10 +38,12 @@ class BuildResult:
     cell: Cell
     ok: bool
     seconds: float
-    image_id: str | None = None
+    image_id: str | None = None  # the config digest: the image's identity on every store (core.imagestore)
     size: int | None = None
     error: str | None = None  # a failed build: what failed, from where, and the ways out
     diagnosis: Diagnosis | None = None  # a failed build's output read by dlimages.build.advice (None: tagging failed)
+    local_id: str | None = None  # what the engine names it: image_id on the classic store, the manifest digest on
+    # the containerd store
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -89,11 +92,11 @@ def run_build(
     *,
     remedies: Remedies | None = None,
 ) -> BuildResult:
-    """Build one cell into an image ID, then apply its tags: a failed or interrupted build tags nothing, and its
-    result says what failed and the ways out (`remedies`, from the matrix, lets the advice name profiles and cells:
-    `Remedies.from_matrix(matrix, cells)`)."""
-    plan.iidfile.parent.mkdir(parents=True, exist_ok=True)
-    plan.iidfile.unlink(missing_ok=True)
+    """Build one cell, then tag what BuildKit's metadata file says it built: a failed or interrupted build tags
+    nothing, and its result says what failed and the ways out (`remedies`, from the matrix, lets the advice name
+    profiles and cells: `Remedies.from_matrix(matrix, cells)`)."""
+    plan.metadata_file.parent.mkdir(parents=True, exist_ok=True)
+    plan.metadata_file.unlink(missing_ok=True)
     tail: collections.deque[str] = collections.deque(maxlen=400)
     # Every line of BuildKit's output as it comes, and a status line (steps done / total, elapsed): rewritten in
     # place on a terminal, one line per finished step (and a heartbeat) in a log.
@@ -112,10 +115,11 @@ def run_build(
         raise
     display.finish(None if code == 0 else f"failed (exit {code})")
     seconds = time.monotonic() - start
-    if code != 0 or not plan.iidfile.is_file():
+    built = Built.read(plan.metadata_file) if code == 0 else None
+    if built is None:
         diagnosis = diagnose(list(tail), attempt_of(plan), remedies)
         return BuildResult(plan.cell, False, seconds, error=diagnosis.advice, diagnosis=diagnosis)
-    return _tagged(plan, plan.iidfile.read_text().strip(), seconds, runner)
+    return _tagged(plan, built, seconds, runner)
 
 
 def run_builds(
@@ -205,12 +209,12 @@ def run_bake(
         metadata = json.loads(metadata_file.read_text()) if metadata_file.is_file() else {}
     except (OSError, ValueError):
         metadata = {}
-    ids = image_ids(metadata if isinstance(metadata, dict) else {}, plans)
+    ids = built_images(metadata if isinstance(metadata, dict) else {}, plans)
     blamed = _failed_targets(list(tail), plans) if code != 0 else set()
     results = []
     for plan in plans:
-        image_id = ids.get(plan.cell.slug)
-        if image_id is None or plan.cell.slug in blamed:
+        built = ids.get(plan.cell.slug)
+        if built is None or plan.cell.slug in blamed:
             if plan.cell.slug in blamed or not blamed:
                 diagnosis = diagnose(_lines_of(list(tail), plan), attempt_of(plan), remedies)
                 results.append(BuildResult(plan.cell, False, seconds, error=diagnosis.advice, diagnosis=diagnosis))
@@ -218,7 +222,7 @@ def run_bake(
                 stopped = "stopped: bake ends every build when one fails (" + ", ".join(sorted(blamed)) + ")"
                 results.append(BuildResult(plan.cell, False, seconds, error=stopped))
             continue
-        results.append(_tagged(plan, image_id, seconds, runner))
+        results.append(_tagged(plan, built, seconds, runner))
     return results
 
 
@@ -229,14 +233,18 @@ def builder_driver(runner: Runner = DEFAULT) -> str:
     return found.group(1) if found else ""
 
 
-def _tagged(plan: BuildPlan, image_id: str, seconds: float, runner: Runner) -> BuildResult:
-    """Apply a built cell's tags (after a build or bake that succeeded), then read its size."""
-    for command in plan.tag_commands(image_id):
+def _tagged(plan: BuildPlan, built: Built, seconds: float, runner: Runner) -> BuildResult:
+    """Apply a built cell's tags (after a build or bake that succeeded) to the name its engine's store gives it,
+    then read its size."""
+    local = built.local_id(image_store(runner))
+    for command in plan.tag_commands(local):
         tagged = runner(command)
         if not tagged.ok:
-            return BuildResult(plan.cell, False, seconds, image_id, error=f"tagging failed: {tagged.err.strip()}")
-    size = runner.docker("image", "inspect", "--format", "{{.Size}}", image_id)
-    return BuildResult(plan.cell, True, seconds, image_id, int(size.out.strip() or 0) if size.ok else None)
+            error = f"tagging failed: {tagged.err.strip()}"
+            return BuildResult(plan.cell, False, seconds, built.config, error=error, local_id=local)
+    size = runner.docker("image", "inspect", "--format", "{{.Size}}", local)
+    bytes_ = int(size.out.strip() or 0) if size.ok else None
+    return BuildResult(plan.cell, True, seconds, built.config, bytes_, local_id=local)
 
 
 def _failed_targets(output: Sequence[str], plans: Sequence[BuildPlan]) -> set[str]:

@@ -34,6 +34,7 @@ MAX_SECRET_BYTES = 16 * 2**20  # a full CA bundle is about 200 KiB
 # `docker buildx build --secret id=...,src=PATH` is read as CSV: a comma or quote would change what PATH names.
 _SECRET_PATH_UNSAFE = re.compile(r'[,"\x00-\x1f\x7f]')
 BUILDKIT_PATH_ALLOWED = "a path without ',', '\"' or control characters (copy or link the file there)"
+_NAMED_BY = "containerimage.config.digest (classic store) or containerimage.digest (containerd store)"
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class AptDebs:
 class BuildPlan:
     cell: Cell
     build: list[str]
-    iidfile: Path
+    metadata_file: Path  # BuildKit's record of what it built (core.imagestore.Built): what the tags then name
     mirror: MirrorArgs
     base: BaseChoice
     notes: tuple[str, ...] = ()  # where the base comes from, what keeps this build from being reproducible
@@ -133,15 +134,18 @@ class BuildPlan:
         words = [self.build[i + 1] for i, word in enumerate(self.build[:-1]) if word == "--build-arg"]
         return next((word[len(prefix) :] for word in words if word.startswith(prefix)), "")
 
-    def tag_commands(self, image_id: str) -> list[list[str]]:
-        return [["docker", "tag", image_id, ref] for ref in self.cell.refs]
+    def tag_commands(self, local_id: str) -> list[list[str]]:
+        """Tag the image the engine knows as `local_id` (core.imagestore.Built.local_id) with every ref."""
+        return [["docker", "tag", local_id, ref] for ref in self.cell.refs]
 
     def describe(self) -> str:
         lines = [f"# {self.cell.image}:{self.cell.immutable_tag}"]
         lines += [f"# note: {note}" for note in (*self.mirror.notes, *self.notes)]
         lines.append(shlex.join(self.build))
-        image_id = f'"$(cat {shlex.quote(str(self.iidfile))})"'
-        lines += [f"docker tag {image_id} {shlex.quote(ref)}" for ref in self.cell.refs]
+        # The engine's name for the image, from the metadata file: the config digest on the classic store, the
+        # manifest digest on the containerd store.
+        lines.append(f"# then: IMAGE=the {_NAMED_BY} of {shlex.quote(str(self.metadata_file))}")
+        lines += [f'docker tag "$IMAGE" {shlex.quote(ref)}' for ref in self.cell.refs]
         return "\n".join(lines)
 
 
@@ -152,7 +156,7 @@ def plan_build(
     *,
     base: BaseChoice | None = None,
     base_image: str | None = None,
-    iidfile: Path,
+    metadata_file: Path,
     revision: str = UNKNOWN_REVISION,
     epoch: int = 0,
     progress: str = "plain",
@@ -160,7 +164,8 @@ def plan_build(
     apt: AptDebs | None = None,
     uv: bool = False,
 ) -> BuildPlan:
-    """Build without tags into an image ID; tags are applied only once the build has succeeded.
+    """Build without tags, BuildKit's metadata file saying what was built; tags are applied only once the build has
+    succeeded.
 
     SOURCE_DATE_EPOCH (see `source_date_epoch`) stamps history, `created` and every file; no provenance or SBOM
     attestation, which would carry the build's own time. `base` (default: the cell's base as matrix.yaml names it)
@@ -188,8 +193,8 @@ def plan_build(
         argv += ["--build-context", f"apt-debs={apt.folder}"]
     if uv:
         argv += ["--build-context", f"uv={UV_CONTEXT}"]
-    argv += ["--iidfile", str(iidfile), IMAGES_DIR]
-    return BuildPlan(cell, argv, iidfile, mirror, base, tuple(notes), apt, uv)
+    argv += ["--metadata-file", str(metadata_file), IMAGES_DIR]
+    return BuildPlan(cell, argv, metadata_file, mirror, base, tuple(notes), apt, uv)
 
 
 def plan_builds(
@@ -205,7 +210,7 @@ def plan_builds(
     source: BaseSource | None = None,
     apt_from: str | None = None,
 ) -> list[BuildPlan]:
-    """One plan per cell with the mirror profile resolved for it; each build writes its image ID under workdir and
+    """One plan per cell with the mirror profile resolved for it; each build writes its metadata under workdir and
     labels the image with the source `revision` (see `source_revision`), its files stamped with `epochs[slug]`.
 
     `bases` (see dlimages.build.basesource) says what each cell starts FROM; by default, with the repo `root`, the base
@@ -243,7 +248,7 @@ def plan_builds(
                 mirror,
                 secrets,
                 base=base if root is not None or bases is not None else None,
-                iidfile=workdir / f"{cell.slug}.iid",
+                metadata_file=workdir / f"{cell.slug}.json",
                 revision=revision,
                 epoch=(epochs or {}).get(cell.slug, 0),
                 notes=notes,

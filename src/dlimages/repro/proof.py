@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dlimages.core.errors import InputError, Problem
+from dlimages.core.imagestore import CONTAINERD, Built, config_digest, image_store
 from dlimages.core.references import image_problems
 from dlimages.core.runner import Runner
 from dlimages.repro.comparison import ImageComparison
@@ -62,7 +63,7 @@ class Outcome:
         if self.problem:
             lines.append(f"  NOT SHOWN REPRODUCIBLE: {self.problem}")
         elif self.comparison is not None and self.comparison.identical:
-            lines.append("  identical: the same image ID (config and every layer, byte for byte)")
+            lines.append("  identical: the same config digest (the config and every layer's content, byte for byte)")
         elif self.comparison is not None:
             lines.append("  DIFFERENT:")
             lines += [f"    {line}" for line in self.comparison.format().splitlines()]
@@ -74,13 +75,13 @@ class Outcome:
         return "\n".join(lines)
 
 
-def cold(build: Sequence[str], iidfile: Path) -> list[str]:
-    """A `docker buildx build` argv with no cache and its own image-ID file (a repro build never tags anything)."""
+def cold(build: Sequence[str], metadata_file: Path) -> list[str]:
+    """A `docker buildx build` argv with no cache and its own metadata file (a repro build never tags anything)."""
     argv = [word for word in build if word != "--no-cache"]
-    if "--iidfile" in argv:
-        argv[argv.index("--iidfile") + 1] = str(iidfile)
-    else:
-        argv[-1:-1] = ["--iidfile", str(iidfile)]
+    for flag in ("--iidfile", "--metadata-file"):
+        if flag in argv:
+            del argv[argv.index(flag) : argv.index(flag) + 2]
+    argv[-1:-1] = ["--metadata-file", str(metadata_file)]
     argv.insert(argv.index("build") + 1, "--no-cache")
     return argv
 
@@ -147,30 +148,36 @@ def against_problems(against: str | None, runner: Runner) -> list[Problem]:
     return [Problem(f"--against {against!r}", "is no local image and pins no digest to pull", AGAINST_ALLOWED)]
 
 
-def given_image(against: str, runner: Runner) -> tuple[str | None, str]:
-    """The image ID `against` names (pulled by its digest when the engine lacks it), or None and why not."""
+def given_image(against: str, runner: Runner, store: str) -> tuple[Built | None, str]:
+    """The image `against` names (pulled by its digest when the engine lacks it), or None and why not."""
     known = runner.image_id(against)
-    if known is not None or not digest(against):
-        return known, "" if known else f"no local image {against!r} to compare with"
-    pulled = runner.docker("pull", against, timeout=PULL_TIMEOUT_S)
-    if not pulled.ok:
-        said = pulled.last_line.lower()
-        meaning = next((why for needles, why in PULL_FAILURES if any(n in said for n in needles)), "pull failed")
-        return None, f"could not pull {against}: {meaning} ({pulled.last_line})"
-    known = runner.image_id(against)
-    return known, "" if known else f"pulled {against}, but the engine does not know it by that reference"
+    if known is None and digest(against):
+        pulled = runner.docker("pull", against, timeout=PULL_TIMEOUT_S)
+        if not pulled.ok:
+            said = pulled.last_line.lower()
+            meaning = next((why for needles, why in PULL_FAILURES if any(n in said for n in needles)), "pull failed")
+            return None, f"could not pull {against}: {meaning} ({pulled.last_line})"
+        known = runner.image_id(against)
+        if known is None:
+            return None, f"pulled {against}, but the engine does not know it by that reference"
+    if known is None:
+        return None, f"no local image {against!r} to compare with"
+    config = config_digest(against, runner, store)
+    if config is None:
+        return None, f"could not read the config digest of {against}"
+    return Built(config, known if store == CONTAINERD else None), ""
 
 
 def build_cold(
-    build: Sequence[str], iidfile: Path, root: Path, runner: Runner, on_line: Callable[[str], None]
-) -> tuple[str | None, float, str]:
-    """One cold build: (image ID or None, seconds, why it failed)."""
+    build: Sequence[str], metadata_file: Path, root: Path, runner: Runner, on_line: Callable[[str], None]
+) -> tuple[Built | None, float, str]:
+    """One cold build: (what it built or None, seconds, why it failed)."""
     prune = runner(PRUNE_CACHE_MOUNTS, timeout=PRUNE_TIMEOUT_S)
     if not prune.ok:
         return None, 0.0, f"could not empty the build cache: {prune.last_line}"
-    argv = cold(build, iidfile)
-    iidfile.parent.mkdir(parents=True, exist_ok=True)
-    iidfile.unlink(missing_ok=True)
+    argv = cold(build, metadata_file)
+    metadata_file.parent.mkdir(parents=True, exist_ok=True)
+    metadata_file.unlink(missing_ok=True)
     tail: list[str] = []
 
     def show(line: str) -> None:
@@ -180,10 +187,11 @@ def build_cold(
     start = time.monotonic()
     code = runner.stream(argv, show, cwd=root)
     seconds = time.monotonic() - start
-    if code != 0 or not iidfile.is_file():
+    built = Built.read(metadata_file) if code == 0 else None
+    if built is None:
         last = next((line.strip() for line in reversed(tail) if line.strip()), "no output")
         return None, seconds, f"the build failed (exit {code}): {last[:300]}"
-    return iidfile.read_text().strip(), seconds, ""
+    return built, seconds, ""
 
 
 def reproduce(
@@ -199,28 +207,37 @@ def reproduce(
     compare: Callable[[str, str], ImageComparison] | None = None,
 ) -> Outcome:
     """Run the `build` argv cold twice (or once, compared with the image `against` names, pulled by its digest when
-    not local); compare the results."""
+    not local); compare the results. Identical means the same config digest (core.imagestore: on the containerd
+    store two builds may be stored with other compressed layers, and so under other manifest digests)."""
     seconds: list[float] = []
-    images: list[str] = []
+    images: list[Built] = []
+    store = image_store(runner)
     if against is not None:
-        known, problem = given_image(against, runner)
-        if known is None:
+        given, problem = given_image(against, runner, store)
+        if given is None:
             return Outcome(name, None, None, problem=problem, against=against)
-        images.append(known)
+        images.append(given)
     while len(images) < 2:
-        image, took, problem = build_cold(build, workdir / f"repro-{len(images) + 1}.iid", root, runner, on_line)
+        metadata = workdir / f"repro-{len(images) + 1}.json"
+        image, took, problem = build_cold(build, metadata, root, runner, on_line)
         seconds.append(took)
         if image is None:
-            return Outcome(name, *_pad(images), problem=problem, seconds=tuple(seconds), dirty=dirty, against=against)
+            done = _pad([built.config for built in images])
+            return Outcome(name, *done, problem=problem, seconds=tuple(seconds), dirty=dirty, against=against)
         images.append(image)
+    first, second = images
     compare = compare or (lambda a, b: compare_images(a, b, runner=runner))
     try:
-        comparison = compare(images[0], images[1])
+        if first.config == second.config:
+            comparison = ImageComparison(first.config, second.config, (), ())
+        else:
+            comparison = compare(first.local_id(store), second.local_id(store))
     except CompareError as error:
         return Outcome(
-            name, images[0], images[1], problem=str(error), seconds=tuple(seconds), dirty=dirty, against=against
+            name, first.config, second.config, problem=str(error), seconds=tuple(seconds), dirty=dirty, against=against
         )
-    return Outcome(name, images[0], images[1], comparison, seconds=tuple(seconds), dirty=dirty, against=against)
+    outcome = Outcome(name, first.config, second.config, comparison, seconds=tuple(seconds), dirty=dirty)
+    return replace(outcome, against=against)
 
 
 def _pad(images: Sequence[str]) -> tuple[str | None, str | None]:

@@ -16,9 +16,9 @@ import pytest
 from dlimages.build.bake import (
     bake_argv,
     bake_document,
+    built_images,
     cache_export_problem,
     cache_problems,
-    image_ids,
     render_bake,
     target,
     target_name,
@@ -26,6 +26,7 @@ from dlimages.build.bake import (
 from dlimages.build.builder import build_args, run_bake, run_builds
 from dlimages.build.mirrors import resolve
 from dlimages.build.plan import BuildPlan, Secrets, plan_build
+from dlimages.core.imagestore import Built
 from dlimages.core.runner import Runner
 from dlimages.model.cells import Cell
 from dlimages.model.spec import Matrix
@@ -45,8 +46,12 @@ def plans(matrix: Matrix, cell: CellLookup, tmp_path: Path) -> list[BuildPlan]:
     torch = dataclasses.replace(cell("pytorch", TORCH), aliases=("v0",))
     tf = cell("tensorflow", TF)
     return [
-        plan_build(torch, resolve(matrix, "cloud", torch), secrets, iidfile=tmp_path / "t.iid", revision="abc1234"),
-        plan_build(tf, resolve(matrix, "none", tf), secrets, iidfile=tmp_path / "f.iid", revision="abc1234", epoch=7),
+        plan_build(
+            torch, resolve(matrix, "cloud", torch), secrets, metadata_file=tmp_path / "t.json", revision="abc1234"
+        ),
+        plan_build(
+            tf, resolve(matrix, "none", tf), secrets, metadata_file=tmp_path / "f.json", revision="abc1234", epoch=7
+        ),
     ]
 
 
@@ -139,10 +144,11 @@ def test_the_docker_driver_exports_only_inline_cache() -> None:
     assert cache_export_problem("kubernetes", "type=registry,ref=127.0.0.1:5000/cache:dl") is None
 
 
-def test_image_ids_from_the_metadata_file(plans: list[BuildPlan]) -> None:
-    image = "sha256:" + "c" * 64
-    metadata = {target_name(plans[0]): {"containerimage.config.digest": image}, "buildx.build.ref": "x"}
-    assert image_ids(metadata, plans) == {plans[0].cell.slug: image}
+def test_built_images_from_the_metadata_file(plans: list[BuildPlan]) -> None:
+    config, manifest = "sha256:" + "c" * 64, "sha256:" + "d" * 64
+    entry = {"containerimage.config.digest": config, "containerimage.digest": manifest}
+    metadata = {target_name(plans[0]): entry, "buildx.build.ref": "x"}
+    assert built_images(metadata, plans) == {plans[0].cell.slug: Built(config, manifest)}
 
 
 def test_bake_argv_writes_metadata() -> None:
@@ -159,8 +165,8 @@ def done(code: int, out: str = "") -> subprocess.CompletedProcess[str]:
 class FakeBake:
     """`docker buildx bake` that prints `lines`, exits `code` and writes metadata for the `built` targets."""
 
-    def __init__(self, code: int, lines: Sequence[str], built: Sequence[BuildPlan]) -> None:
-        self.code, self.lines, self.built = code, lines, built
+    def __init__(self, code: int, lines: Sequence[str], built: Sequence[BuildPlan], store: str = "[]") -> None:
+        self.code, self.lines, self.built, self.store = code, lines, built, store
         self.tagged: list[str] = []
         self.bakes: list[dict[str, Any]] = []
 
@@ -169,14 +175,18 @@ class FakeBake:
         self.bakes.append(json.loads(Path(argv[argv.index("--file") + 1]).read_text()))
         for line in self.lines:
             on_line(line)
-        metadata = {target_name(p): {"containerimage.config.digest": "sha256:" + "c" * 64} for p in self.built}
+        entry = {"containerimage.config.digest": "sha256:" + "c" * 64, "containerimage.digest": "sha256:" + "d" * 64}
+        metadata = {target_name(p): entry for p in self.built}
         Path(argv[argv.index("--metadata-file") + 1]).write_text(json.dumps(metadata))
         return self.code
 
     def run(self, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         if argv[1] == "tag":
             self.tagged.append(argv[3])
+            self.named = argv[2]
             return done(0)
+        if argv[1] == "info":
+            return done(0, self.store)
         assert argv[1:4] == ["image", "inspect", "--format"], argv
         return done(0, "123456789\n")
 
@@ -188,6 +198,15 @@ def test_a_bake_that_succeeds_tags_every_cell_afterwards(plans: list[BuildPlan],
     assert engine.tagged == [*plans[0].cell.refs, *plans[1].cell.refs]
     assert all(body["tags"] == [] for body in engine.bakes[0]["target"].values())  # the bake itself tags nothing
     assert results[0].size == 123456789 and results[0].image_id == "sha256:" + "c" * 64
+    assert engine.named == "sha256:" + "c" * 64  # the classic store names an image by its config digest
+
+
+def test_on_the_containerd_store_the_tags_name_the_manifest(plans: list[BuildPlan], tmp_path: Path) -> None:
+    """That store names images by manifest digest: a tag given the config digest fails there (moby#45458)."""
+    engine = FakeBake(0, ["#1 DONE"], plans, store='[["driver-type","io.containerd.snapshotter.v1"]]')
+    results = run_bake(plans, tmp_path, tmp_path / "work", io.StringIO(), Runner(engine.run, engine.stream))
+    assert [r.ok for r in results] == [True, True] and engine.named == "sha256:" + "d" * 64
+    assert results[0].image_id == "sha256:" + "c" * 64 and results[0].local_id == "sha256:" + "d" * 64
 
 
 def test_a_failed_cell_tags_nothing_and_gets_the_advice(plans: list[BuildPlan], tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -111,13 +112,19 @@ class FakeEngine:
         for line in self.lines:
             on_line(line)
         if self.code == 0:
-            self.plan.iidfile.write_text("sha256:" + "c" * 64)
+            metadata = {
+                "containerimage.config.digest": "sha256:" + "c" * 64,
+                "containerimage.digest": "sha256:" + "d" * 64,
+            }
+            self.plan.metadata_file.write_text(json.dumps(metadata))
         return self.code
 
     def run(self, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         if argv[1] == "tag":
             self.tagged.append(argv[3])
             return done(0)
+        if argv[1] == "info":
+            return done(0, '[["Backing Filesystem","extfs"],["Supports d_type","true"]]')  # the classic store
         assert argv[1:4] == ["image", "inspect", "--format"], argv
         return done(0, "123456789\n")
 
@@ -125,7 +132,7 @@ class FakeEngine:
 @pytest.fixture
 def plan(expansion: Expansion, tmp_path: Path) -> BuildPlan:
     cell = dataclasses.replace(expansion.cells[0], aliases=("v0",))
-    return plan_build(cell, MirrorArgs("none"), Secrets(), iidfile=tmp_path / "iid")
+    return plan_build(cell, MirrorArgs("none"), Secrets(), metadata_file=tmp_path / "build.json")
 
 
 def test_failed_build_tags_nothing_and_gives_advice(plan: BuildPlan, tmp_path: Path) -> None:
@@ -167,7 +174,9 @@ def test_a_failed_build_is_explained_with_what_the_plan_used(
     offline: Cell, matrix: Matrix, expansion: Expansion, tmp_path: Path
 ) -> None:
     registry_base = "127.0.0.1:5391/mirror/dlimages/base:debian12"
-    plan = plan_build(offline, MirrorArgs("none"), Secrets(), base_image=registry_base, iidfile=tmp_path / "iid")
+    plan = plan_build(
+        offline, MirrorArgs("none"), Secrets(), base_image=registry_base, metadata_file=tmp_path / "build.json"
+    )
     engine = FakeEngine(plan, 1, BASE_STEP.strip().splitlines())
     remedies = Remedies.from_matrix(matrix, expansion.cells)
     result = run_build(plan, tmp_path, io.StringIO(), Runner(engine.run, engine.stream), remedies=remedies)
@@ -180,7 +189,9 @@ def test_a_failed_build_is_explained_with_what_the_plan_used(
 
 def test_the_attempt_is_read_off_the_plan(offline: Cell, tmp_path: Path) -> None:
     mirror = MirrorArgs("cloud", pip_index="http://127.0.0.1:9/simple/", torch_index="", torch_find_links="https://x/")
-    plan = plan_build(offline, mirror, Secrets(), base_image="reg.example/p/dlimages/base:debian12", iidfile=tmp_path)
+    plan = plan_build(
+        offline, mirror, Secrets(), base_image="reg.example/p/dlimages/base:debian12", metadata_file=tmp_path
+    )
     attempt = attempt_of(plan)
     assert (attempt.cell, attempt.profile, attempt.base_image) == (
         offline,
@@ -213,14 +224,14 @@ def test_the_summary_table_fits_100_columns_with_real_errors(
 ) -> None:
     remedies = Remedies.from_matrix(matrix, expansion.cells)
     pip_plan = plan_build(
-        offline, MirrorArgs("none", pip_index="http://127.0.0.1:9/simple/"), Secrets(), iidfile=tmp_path / "a"
+        offline, MirrorArgs("none", pip_index="http://127.0.0.1:9/simple/"), Secrets(), metadata_file=tmp_path / "a"
     )
     base_plan = plan_build(
         offline,
         MirrorArgs("none"),
         Secrets(),
         base_image="127.0.0.1:5391/mirror/dlimages/base:debian12",
-        iidfile=tmp_path / "b",
+        metadata_file=tmp_path / "b",
     )
     results = []
     for failing, lines in ((pip_plan, PIP_STEP), (base_plan, BASE_STEP)):

@@ -38,7 +38,7 @@ def plan(matrix: Matrix, cell: CellLookup, ca_bundle: Path, tmp_path: Path) -> B
         torch,
         resolve(matrix, "cloud", torch),
         Secrets(pip_ca=ca_bundle, netrc=tmp_path / "netrc"),
-        iidfile=tmp_path / "build.iid",
+        metadata_file=tmp_path / "build.json",
         revision="abc1234",
     )
 
@@ -52,7 +52,8 @@ def test_argv_is_a_buildx_build_of_the_cells_dockerfile(plan: BuildPlan, tmp_pat
     argv = plan.build
     assert argv[:3] == ["docker", "buildx", "build"]
     assert argv[argv.index("--file") + 1] == "images/pytorch/cuda11.8-torch2.1.2-py3.10-runtime/Dockerfile"
-    assert argv[argv.index("--iidfile") + 1] == str(tmp_path / "build.iid")
+    assert argv[argv.index("--metadata-file") + 1] == str(tmp_path / "build.json")
+    assert "--iidfile" not in argv  # names the config, which the containerd store does not know (moby#45458)
     assert "--load" in argv
     assert argv[-1] == "images"  # the build context holds the assets and cell.json the Dockerfile copies
 
@@ -81,10 +82,10 @@ def test_argv_passes_the_build_args(plan: BuildPlan) -> None:
 
 def test_base_image_can_be_overridden(matrix: Matrix, cell: CellLookup, tmp_path: Path) -> None:
     tf = cell("tensorflow", "cuda11.0-tf2.4.4-py3.8-devel")
-    default = plan_build(tf, resolve(matrix, "none", tf), Secrets(), iidfile=tmp_path / "iid")
+    default = plan_build(tf, resolve(matrix, "none", tf), Secrets(), metadata_file=tmp_path / "iid")
     assert _build_args(default.build)["BASE_IMAGE"] == "nvidia/cuda:11.0.3-cudnn8-devel-ubuntu20.04"
     pinned = "nvidia/cuda:11.0.3-cudnn8-devel-ubuntu20.04@sha256:" + "0" * 64
-    override = plan_build(tf, resolve(matrix, "none", tf), Secrets(), base_image=pinned, iidfile=tmp_path / "iid")
+    override = plan_build(tf, resolve(matrix, "none", tf), Secrets(), base_image=pinned, metadata_file=tmp_path / "iid")
     assert _build_args(override.build)["BASE_IMAGE"] == pinned
     assert _build_args(override.build)["BASE_NAME"] == "docker.io/nvidia/cuda:11.0.3-cudnn8-devel-ubuntu20.04"
     assert _build_args(override.build)["BASE_DIGEST"] == "sha256:" + "0" * 64
@@ -104,16 +105,17 @@ def test_describe_shows_the_build_and_a_tag_command_per_ref(plan: BuildPlan, tmp
     lines = plan.describe().splitlines()
     assert lines[0] == "# test/pytorch-dev:v0.9-cuda11.8-torch2.1.2-py3.10-runtime"
     assert shlex.split(lines[1]) == plan.build
-    image_id = f'"$(cat {tmp_path / "build.iid"})"'
-    assert lines[2:] == [
-        f"docker tag {image_id} test/pytorch-dev:v0.9-cuda11.8-torch2.1.2-py3.10-runtime",
-        f"docker tag {image_id} test/pytorch-dev:v0.9",
+    assert lines[2].startswith("# then: IMAGE=the containerimage.config.digest (classic store) or")
+    assert lines[2].endswith(f"of {tmp_path / 'build.json'}")
+    assert lines[3:] == [
+        'docker tag "$IMAGE" test/pytorch-dev:v0.9-cuda11.8-torch2.1.2-py3.10-runtime',
+        'docker tag "$IMAGE" test/pytorch-dev:v0.9',
     ]
 
 
 def test_describe_shows_the_mirror_notes(matrix: Matrix, cell: CellLookup, tmp_path: Path) -> None:
     torch = cell("pytorch", "cuda11.8-torch2.1.2-py3.10-runtime")
-    text = plan_build(torch, resolve(matrix, "campus", torch), Secrets(), iidfile=tmp_path / "iid").describe()
+    text = plan_build(torch, resolve(matrix, "campus", torch), Secrets(), metadata_file=tmp_path / "iid").describe()
     assert "# note: campus does not mirror PyTorch's cu118 wheels;" in text
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,16 +18,19 @@ from dlimages.repro import proof
 from dlimages.repro.comparison import ImageComparison
 
 REPO = Path(__file__).resolve().parents[3]
-BUILD = ["docker", "buildx", "build", "--progress=plain", "--load", "--iidfile", "work/x.iid", "images"]
+BUILD = ["docker", "buildx", "build", "--progress=plain", "--load", "--metadata-file", "work/x.json", "images"]
+AAA, BBB, GIVEN, PULLED = ("sha256:" + c * 64 for c in "ab98")  # config digests
 
 
-def test_a_repro_build_has_no_cache_and_its_own_image_id_file(tmp_path: Path) -> None:
-    argv = proof.cold(BUILD, tmp_path / "repro-1.iid")
+def test_a_repro_build_has_no_cache_and_its_own_metadata_file(tmp_path: Path) -> None:
+    argv = proof.cold(BUILD, tmp_path / "repro-1.json")
     assert argv[:4] == ["docker", "buildx", "build", "--no-cache"]
-    assert argv[argv.index("--iidfile") + 1] == str(tmp_path / "repro-1.iid")
-    assert argv.count("--no-cache") == 1 and argv[-1] == "images"
-    without = proof.cold([w for w in BUILD if w not in ("--iidfile", "work/x.iid")], tmp_path / "i")
-    assert without[-3:] == ["--iidfile", str(tmp_path / "i"), "images"]
+    assert argv[-3:] == ["--metadata-file", str(tmp_path / "repro-1.json"), "images"]
+    assert argv.count("--no-cache") == 1 and argv.count("--metadata-file") == 1
+    without = proof.cold([w for w in BUILD if w not in ("--metadata-file", "work/x.json")], tmp_path / "i")
+    assert without[-3:] == ["--metadata-file", str(tmp_path / "i"), "images"]
+    iidfile = proof.cold([*BUILD[:-1], "--iidfile", "x.iid", "images"], tmp_path / "i")  # a --dockerfile build's
+    assert "--iidfile" not in iidfile and iidfile.count("--metadata-file") == 1
 
 
 def test_any_dockerfile_is_built_with_the_cells_settings(tmp_path: Path) -> None:
@@ -66,20 +70,20 @@ def engine(
     local: dict[str, str] | None = None,
     pull: tuple[int, str] = (0, ""),
 ) -> tuple[Runner, list[list[str]]]:
-    """A Runner whose builds write the next image ID to --iidfile (or fail), recording every command. `local`: the
-    refs the engine knows (None: any ref is the image sha256:given); `pull`: a pull's exit code and stderr, a
-    successful one making the ref known as sha256:pulled."""
+    """A Runner (classic store) whose builds write the next config digest to --metadata-file (or fail), recording
+    every command. `local`: the refs the engine knows (None: any ref is the image GIVEN); `pull`: a pull's exit code
+    and stderr, a successful one making the ref known as PULLED."""
     calls: list[list[str]] = []
     queue = list(images)
 
     def run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         calls.append(argv)
         if argv[:3] == ["docker", "image", "inspect"]:
-            known = "sha256:given" if local is None else local.get(argv[-1])
+            known = GIVEN if local is None else local.get(argv[-1])
             return subprocess.CompletedProcess(argv, 0 if known else 1, f"{known}\n" if known else "", "")
         if argv[:2] == ["docker", "pull"] and local is not None:
             if pull[0] == 0:
-                local[argv[2]] = "sha256:pulled"
+                local[argv[2]] = PULLED
             return subprocess.CompletedProcess(argv, pull[0], "", pull[1])
         return subprocess.CompletedProcess(argv, 0, "", "")
 
@@ -88,7 +92,8 @@ def engine(
         if fail_at is not None and len([c for c in calls if "build" in c]) == fail_at:
             on_line("ERROR: failed to solve: exit code: 1")
             return 1
-        Path(argv[list(argv).index("--iidfile") + 1]).write_text(queue.pop(0))
+        metadata = {"containerimage.config.digest": queue.pop(0)}
+        Path(argv[list(argv).index("--metadata-file") + 1]).write_text(json.dumps(metadata))
         return 0
 
     return Runner(run=run, stream_lines=stream), calls
@@ -99,26 +104,26 @@ def same(a: str, b: str) -> ImageComparison:
 
 
 def test_two_cold_builds_each_after_emptying_the_cache_mounts(tmp_path: Path) -> None:
-    runner, calls = engine(["sha256:aaa", "sha256:aaa"])
+    runner, calls = engine([AAA, AAA])
     outcome = proof.reproduce("cell", BUILD, tmp_path, runner, tmp_path, on_line=lambda _: None, compare=same)
     assert outcome.reproducible
-    assert [c[:3] for c in calls] == [["docker", "builder", "prune"], BUILD[:3]] * 2
-    assert "identical: the same image ID" in outcome.report()
+    assert [c[:3] for c in calls] == [["docker", "info", "--format"], *[["docker", "builder", "prune"], BUILD[:3]] * 2]
+    assert "identical: the same config digest" in outcome.report()
     assert outcome.report().count("cold build") == 2
 
 
 def test_against_a_given_image_builds_once(tmp_path: Path) -> None:
-    runner, calls = engine(["sha256:given"])
+    runner, calls = engine([GIVEN])
     outcome = proof.reproduce(
         "cell", BUILD, tmp_path, runner, tmp_path, against="lab/x:v1", on_line=lambda _: None, compare=same
     )
-    assert outcome.reproducible and outcome.first == "sha256:given"
+    assert outcome.reproducible and outcome.first == GIVEN
     assert len([c for c in calls if "build" in c and "buildx" in c]) == 1
-    assert "given: sha256:given (lab/x:v1)" in outcome.report()
+    assert f"given: {GIVEN} (lab/x:v1)" in outcome.report()
 
 
 def test_a_dirty_tree_is_never_called_reproducible(tmp_path: Path) -> None:
-    runner, _ = engine(["sha256:aaa", "sha256:aaa"])
+    runner, _ = engine([AAA, AAA])
     outcome = proof.reproduce(
         "cell", BUILD, tmp_path, runner, tmp_path, dirty=True, on_line=lambda _: None, compare=same
     )
@@ -127,14 +132,14 @@ def test_a_dirty_tree_is_never_called_reproducible(tmp_path: Path) -> None:
 
 
 def test_a_failed_build_is_not_shown_reproducible_and_says_why(tmp_path: Path) -> None:
-    runner, _ = engine(["sha256:aaa"], fail_at=2)
+    runner, _ = engine([AAA], fail_at=2)
     outcome = proof.reproduce("cell", BUILD, tmp_path, runner, tmp_path, on_line=lambda _: None, compare=same)
     assert not outcome.reproducible
     assert "NOT SHOWN REPRODUCIBLE: the build failed (exit 1): ERROR: failed to solve" in outcome.report()
 
 
 def test_different_images_are_reported_with_what_differs(tmp_path: Path) -> None:
-    runner, _ = engine(["sha256:aaa", "sha256:bbb"])
+    runner, _ = engine([AAA, BBB])
 
     def differs(a: str, b: str) -> ImageComparison:
         return ImageComparison(a, b, ("created: 1 ≠ 2",), ())
@@ -166,7 +171,7 @@ def test_a_malformed_against_is_refused_saying_what_is_allowed(against: str, mes
 
 
 def test_a_ref_without_a_digest_must_be_a_local_image() -> None:
-    runner, calls = engine([], local={"127.0.0.1:5000/lab/x:v1": "sha256:given"})
+    runner, calls = engine([], local={"127.0.0.1:5000/lab/x:v1": GIVEN})
     assert proof.against_problems("127.0.0.1:5000/lab/x:v1", runner) == []  # pushed from here: local, as before
     assert proof.against_problems(None, runner) == []
     [problem] = proof.against_problems("127.0.0.1:5000/lab/x:v2", runner)
@@ -198,19 +203,19 @@ def test_the_command_refuses_a_bad_against_before_any_engine_and_a_missing_tag_b
 
 
 def test_a_published_image_not_here_is_pulled_by_its_digest_and_the_report_names_it(tmp_path: Path) -> None:
-    runner, calls = engine(["sha256:pulled"], local={})
+    runner, calls = engine([PULLED], local={})
     outcome = proof.reproduce(
         "cell", BUILD, tmp_path, runner, tmp_path, against=PUBLISHED, on_line=lambda _: None, compare=same
     )
     assert ["docker", "pull", PUBLISHED] in calls
     assert calls.index(["docker", "pull", PUBLISHED]) < next(i for i, c in enumerate(calls) if "buildx" in c)
-    assert outcome.reproducible and outcome.first == "sha256:pulled"
-    assert f"given: sha256:pulled ({PUBLISHED})" in outcome.report()
+    assert outcome.reproducible and outcome.first == PULLED
+    assert f"given: {PULLED} ({PUBLISHED})" in outcome.report()
     assert f"verified against digest {DIGEST}" in outcome.report()
 
 
 def test_a_published_image_already_here_is_not_pulled_again(tmp_path: Path) -> None:
-    runner, calls = engine(["sha256:given"], local={PUBLISHED: "sha256:given"})
+    runner, calls = engine([GIVEN], local={PUBLISHED: GIVEN})
     outcome = proof.reproduce(
         "cell", BUILD, tmp_path, runner, tmp_path, against=PUBLISHED, on_line=lambda _: None, compare=same
     )

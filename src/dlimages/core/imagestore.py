@@ -1,0 +1,106 @@
+"""Which image store the engine keeps images in, and what it calls one image there.
+
+An image is the same image when its config is: the config's digest names every layer by its uncompressed digest
+(diff_id), so it is the identity a reproducible build keeps, on any engine. The classic overlay2 store uses that
+digest as the image ID. The containerd image store (the default of fresh Docker 29+ installs) names an image by its
+manifest's digest instead, which also depends on how the layers were compressed: BuildKit's metadata file gives
+both (`containerimage.config.digest`, `containerimage.digest`), and a build is tagged by the one its store knows.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlimages.core.runner import Runner, byte_stream
+
+CLASSIC = "overlay2"
+CONTAINERD = "containerd"
+# `docker info`'s DriverStatus on the containerd store: [["driver-type", "io.containerd.snapshotter.v1"]]
+_SNAPSHOTTER = "io.containerd.snapshotter"
+SAVE_TIMEOUT_S = 1800.0
+_DIGEST_LENGTH = len("sha256:") + 64
+
+
+def store_of(driver_status: str) -> str:
+    """The store `docker info --format '{{json .DriverStatus}}'` describes."""
+    return CONTAINERD if _SNAPSHOTTER in driver_status else CLASSIC
+
+
+def image_store(runner: Runner) -> str:
+    """The store of the engine `runner` talks to (the classic one where `docker info` does not say)."""
+    done = runner.docker("info", "--format", "{{json .DriverStatus}}", timeout=30)
+    return store_of(done.out) if done.ok else CLASSIC
+
+
+@dataclass(frozen=True)
+class Built:
+    """What one build produced, from BuildKit's metadata file."""
+
+    config: str  # the config digest: the image's identity (the classic store's image ID)
+    manifest: str | None  # the manifest digest: the containerd store's image ID (None where BuildKit gave none)
+
+    def local_id(self, store: str) -> str:
+        """The name the engine knows the image by: what `docker tag` and `docker image inspect` take."""
+        return self.manifest if store == CONTAINERD and self.manifest else self.config
+
+    @classmethod
+    def of(cls, metadata: object) -> Built | None:
+        """From one target's entry of a metadata file (None when it names no image)."""
+        if not isinstance(metadata, dict):
+            return None
+        config, manifest = metadata.get("containerimage.config.digest"), metadata.get("containerimage.digest")
+        if not _is_digest(config):
+            return None
+        return cls(str(config), str(manifest) if _is_digest(manifest) else None)
+
+    @classmethod
+    def read(cls, path: Path) -> Built | None:
+        """From `docker buildx build --metadata-file PATH` (None when the file is missing or names no image)."""
+        try:
+            return cls.of(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+
+
+def config_digest(ref: str, runner: Runner, store: str) -> str | None:
+    """The config digest of the local image `ref` (None when there is none): its image ID on the classic store; on
+    the containerd store, what its manifest names, read from `docker save` (the engine's API of Docker 26 says no
+    more; the stream is read to its end, a few seconds a gigabyte)."""
+    local = runner.image_id(ref)
+    if local is None or store != CONTAINERD:
+        return local
+    stream, finish = byte_stream(["docker", "save", ref], SAVE_TIMEOUT_S)
+    manifest = None
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as archive:
+            for member in archive:
+                if member.name == "manifest.json" and (file := archive.extractfile(member)) is not None:
+                    manifest = json.loads(file.read())
+    except (tarfile.TarError, ValueError, OSError):
+        manifest = None
+    finally:
+        stream.close()
+        finish()
+    return config_of(manifest)
+
+
+def config_of(manifest: object) -> str | None:
+    """The config digest `docker save`'s manifest.json names: `blobs/sha256/HEX` (containerd store, OCI layout) or
+    `HEX.json` (classic store)."""
+    if not isinstance(manifest, list) or not manifest or not isinstance(manifest[0], dict):
+        return None
+    name = str(manifest[0].get("Config", "")).rsplit("/", 1)[-1].removesuffix(".json")
+    digest = f"sha256:{name}"
+    return digest if _is_digest(digest) else None
+
+
+def _is_digest(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) == _DIGEST_LENGTH
+        and value.startswith("sha256:")
+        and all(c in "0123456789abcdef" for c in value[7:])
+    )
