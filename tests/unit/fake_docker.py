@@ -74,6 +74,8 @@ class FakeDocker:
             case ["tag", source, target]:
                 self.tags[target] = self.tags[source]
                 return 0, "", ""
+            case ["info", "--format", "{{json .DriverStatus}}"]:
+                return 0, '[["Backing Filesystem","extfs"]]\n', ""  # the classic image store
             case ["info", "--format", "{{json .RegistryConfig}}"]:
                 return 0, json.dumps(REGISTRY_CONFIG) + "\n", ""
             case ["manifest", "inspect", "-v", *insecure, remote] if insecure in ([], ["--insecure"]):

@@ -28,6 +28,7 @@ from dlimages.build.progress import (
 )
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
+from dlimages.core.imagestore import CONTAINERD, config_digest, image_store
 from dlimages.core.runner import DEFAULT, NOT_FOUND, TIMED_OUT, Result, Runner
 from dlimages.publish.interrupts import PushSignals
 from dlimages.publish.pushplan import (
@@ -189,6 +190,30 @@ class _Settings:
     _registry_config: Mapping[str, Any] | None = None
     _layers: dict[str, tuple[Layer, ...]] = field(default_factory=dict)  # image ID -> its layers
     archives: Archives | None = None  # zstd: the compressed layouts skopeo pushes from
+    store: str = ""  # the engine's image store (core.imagestore), read once, when needed
+    _configs: dict[str, str | None] = field(default_factory=dict)  # local ID -> config digest
+
+    def image_store(self) -> str:
+        if not self.store:
+            self.store = image_store(self.runner)
+        return self.store
+
+    def config_of(self, ref: str, local_id: str) -> str | None:
+        """The config digest of the local image: its ID on the classic store; on the containerd store what its
+        zstd layout kept, else what `docker save` says (once per image)."""
+        if self.image_store() != CONTAINERD:
+            return local_id
+        if local_id not in self._configs:
+            kept = self.archives.configs.get(local_id) if self.archives is not None else None
+            self._configs[local_id] = kept or config_digest(ref, self.runner, CONTAINERD)
+        return self._configs[local_id]
+
+    def remote_config(self, registry: str, pinned: str) -> str | None:
+        """The config digest of the image a registry serves under `pinned` (REPOSITORY@sha256:...)."""
+        insecure = ["--insecure"] if self.insecure(registry) else []
+        looked = self.with_retries(["docker", "manifest", "inspect", "-v", *insecure, pinned], INSPECT_TIMEOUT_S)
+        remote = parse_remote_tag(looked.last.out) if looked.ok else None
+        return remote.image_id if remote is not None else None
 
     def with_retries(self, argv: list[str], timeout: float | None = None) -> _Outcome:
         def once(_attempt: int) -> Result:
@@ -340,7 +365,7 @@ def _immutable_tag_problem(target: PushTarget, local_id: str, settings: _Setting
             False,
             0,
         )
-    if remote.image_id == local_id:
+    if remote.image_id == settings.config_of(target.ref, local_id):
         return None, False, 0
     return (
         (
@@ -379,10 +404,20 @@ def _push_tagged(target: PushTarget, local_id: str, settings: _Settings) -> tupl
     error: str | None = None
     if not pulled.ok:
         error = f"{registry} took {ref} as {digest}, but pulling it back failed: {pulled.last.last_line}"
-    elif pulled_id != local_id:
+    elif pulled_id != local_id and not _same_config(target, pinned, local_id, settings):
         error = f"verification failed: {pinned} is image {pulled_id}, but {ref} is {local_id}"
     seconds = {"push_seconds": push_seconds, "verify_seconds": verify_seconds}
     return result(error, pushed.attempts, digest, **seconds), False
+
+
+def _same_config(target: PushTarget, pinned: str, local_id: str, settings: _Settings) -> bool:
+    """Whether the registry's image under `pinned` has the local image's config (core.imagestore: the same image).
+    Only the containerd store gets here for a good push: it names images by manifest, and a zstd push makes another
+    manifest of the same config and layers."""
+    if settings.image_store() != CONTAINERD:
+        return False
+    config = settings.config_of(target.ref, local_id)
+    return config is not None and settings.remote_config(target.registry, pinned) == config
 
 
 def _push_message(target: PushTarget, outcome: _Outcome) -> str:

@@ -15,6 +15,10 @@ buffer: tarfile's read path alone took 7 s for the same bytes, as long as hashin
 The same image gives the same bytes, so the same manifest digest, push after push and host after host: the level is
 fixed, the zstd library is the pinned `zstandard` wheel's, and zstd's multi-threaded output does not depend on the
 number of threads (unit-tested). The OCI layout in `docker save`'s output needs Docker 25 or later.
+
+On the containerd image store (the default of Docker 29+) `docker save` writes the layers as the store holds them,
+gzip-compressed: each is decompressed as it passes (recognised by gzip's magic bytes, as the blobs come before the
+manifest that names their media type), and the decompressed bytes must be the config's diff_id for that layer.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import shutil
 import socket
 import tempfile
 import urllib.parse
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -45,6 +50,8 @@ SMALL = 1 << 22  # blobs up to this size are also kept as they are: the index, m
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
 LAYER_TYPES = ("application/vnd.oci.image.layer.v1.tar", "application/vnd.docker.image.rootfs.diff.tar")
+GZIP_LAYER_TYPES = ("application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.docker.image.rootfs.diff.tar.gzip")
+_GZIP_MAGIC = b"\x1f\x8b"
 
 # `docker save REF` as a readable stream of its tar, and a function that waits for it and returns how it ended.
 Saver = Callable[[str], tuple[IO[bytes], Callable[[], Result]]]
@@ -124,6 +131,7 @@ class Archives:
         (root / ".work").mkdir(exist_ok=True)
         self.folder = Path(tempfile.mkdtemp(prefix="push-", dir=root / ".work"))
         self.made: dict[str, Path] = {}
+        self.configs: dict[str, str] = {}  # local image ID -> the config digest its layout kept
         self.save = save
 
     def archive(self, ref: str, local_id: str) -> tuple[Path | None, Result | None]:
@@ -133,7 +141,7 @@ class Archives:
             stream, finish = self.save(ref)
             error = ""
             try:
-                write_layout(stream, layout)
+                self.configs[local_id] = write_layout(stream, layout)["config"]["digest"]
             except (LayoutError, OSError, ValueError) as problem:
                 error = str(problem)
             finally:
@@ -141,7 +149,7 @@ class Archives:
             saved = finish()
             if not saved.ok or error:
                 shutil.rmtree(layout, ignore_errors=True)
-                err = saved.err if not saved.ok else f"{error}\n{OLD_SAVE}"
+                err = saved.err if not saved.ok else error
                 return None, Result(saved.argv, saved.code or 1, saved.out, err)
             self.made[local_id] = layout
         return self.made[local_id], None
@@ -247,7 +255,7 @@ def write_layout(stream: IO[bytes], layout: Path) -> dict[str, Any]:
     blobs.mkdir(parents=True)
     compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=max(1, os.cpu_count() or 1))
     small: dict[str, bytes] = {}  # digest -> bytes, for the blobs up to SMALL and index.json
-    compressed: dict[str, tuple[str, int]] = {}  # uncompressed digest -> (compressed digest, size)
+    compressed: dict[str, tuple[str, int, str]] = {}  # saved blob's digest -> (zstd digest, size, diff_id)
     archive = _Tar(stream)
     for name, size, is_file in archive.members():
         if not is_file:
@@ -258,24 +266,27 @@ def write_layout(stream: IO[bytes], layout: Path) -> dict[str, Any]:
             digest = "sha256:" + name.removeprefix("blobs/sha256/")
             compressed[digest] = _compress(archive.data(), digest, blobs, compressor, small, size)
     if "index.json" not in small:
-        raise LayoutError("docker save wrote no index.json: the engine is older than Docker 25")
+        raise LayoutError(f"docker save wrote no index.json: {OLD_SAVE}")
     index = json.loads(small["index.json"])
     if len(index.get("manifests", [])) != 1:
         raise LayoutError(f"docker save's index.json lists {len(index.get('manifests', []))} images, not one")
     manifest = json.loads(_blob(small, index["manifests"][0]["digest"]))
+    config = manifest["config"]["digest"]
+    diff_ids = json.loads(_blob(small, config)).get("rootfs", {}).get("diff_ids", [])
     layers = []
-    for layer in manifest["layers"]:
-        if layer["mediaType"] not in LAYER_TYPES:
-            raise LayoutError(f"layer {layer['digest']} is {layer['mediaType']}, not an uncompressed tar")
+    for number, layer in enumerate(manifest["layers"]):
+        if layer["mediaType"] not in (*LAYER_TYPES, *GZIP_LAYER_TYPES):
+            raise LayoutError(f"layer {layer['digest']} is {layer['mediaType']}, not a tar (or a gzip of one)")
         if layer["digest"] not in compressed:
             raise LayoutError(f"docker save's output lacks layer {layer['digest']}")
-        digest, size = compressed[layer["digest"]]
+        digest, size, diff_id = compressed[layer["digest"]]
+        if number >= len(diff_ids) or diff_ids[number] != diff_id:
+            raise LayoutError(f"layer {layer['digest']} holds {diff_id}, which is not the config's layer {number}")
         layers.append({**layer, "mediaType": ZSTD_LAYER, "digest": digest, "size": size})
     kept = {layer["digest"] for layer in layers}
-    for zdigest, _ in compressed.values():  # the index, manifests and config go as docker saved them
+    for zdigest, _, _ in compressed.values():  # the index, manifests and config go as docker saved them
         if zdigest not in kept:
             (blobs / zdigest.removeprefix("sha256:")).unlink(missing_ok=True)
-    config = manifest["config"]["digest"]
     (blobs / config.removeprefix("sha256:")).write_bytes(_blob(small, config))
     new = {**manifest, "mediaType": OCI_MANIFEST, "layers": layers}
     raw = json.dumps(new, separators=(",", ":"), sort_keys=True).encode()
@@ -300,32 +311,56 @@ def _compress(
     compressor: zstandard.ZstdCompressor,
     small: dict[str, bytes],
     size: int,
-) -> tuple[str, int]:
-    """One blob through zstd into `blobs`, hashed before and after; kept as it is in `small` too if it is small."""
-    plain, packed = hashlib.sha256(), hashlib.sha256()
+) -> tuple[str, int, str]:
+    """One blob through zstd into `blobs`, hashed as saved, as a tar and as compressed: (zstd digest, size, the
+    tar's digest). A gzip blob (the containerd store's layers) is decompressed first; every blob is kept as it is in
+    `small` too if it is small."""
+    saved, plain, packed = hashlib.sha256(), hashlib.sha256(), hashlib.sha256()
     kept = bytearray() if size <= SMALL else None
     stream = compressor.compressobj()
+    gunzip: Any = None  # zlib's decompressor, once the blob's first bytes say gzip
     with tempfile.NamedTemporaryFile(dir=blobs, prefix=".part-", delete=False) as target:
         part = Path(target.name)
-        for chunk in source:
-            plain.update(chunk)
-            if kept is not None:
-                kept += chunk
-            out = stream.compress(chunk)
+
+        def put(data: bytes | memoryview) -> None:
+            out = stream.compress(data)
             packed.update(out)
             target.write(out)
+
+        first = True
+        try:
+            for chunk in source:
+                saved.update(chunk)
+                if kept is not None:
+                    kept += chunk
+                if first and bytes(chunk[:2]) == _GZIP_MAGIC:  # no tar or JSON starts so
+                    gunzip = zlib.decompressobj(wbits=31)
+                first = False
+                if gunzip is None:
+                    put(chunk)
+                else:
+                    plain.update(tar := gunzip.decompress(chunk))
+                    put(tar)
+            if gunzip is not None:
+                plain.update(tar := gunzip.flush())
+                put(tar)
+                if not gunzip.eof:
+                    raise LayoutError(f"docker save's blob {digest} is a gzip stream cut short")
+        except zlib.error as broken:
+            part.unlink()
+            raise LayoutError(f"docker save's blob {digest} is not a whole gzip stream ({broken})") from broken
         out = stream.flush()
         packed.update(out)
         target.write(out)
         written = target.tell()
-    if "sha256:" + plain.hexdigest() != digest:
+    if "sha256:" + saved.hexdigest() != digest:
         part.unlink()
-        raise LayoutError(f"docker save's blob {digest} has other bytes (sha256:{plain.hexdigest()})")
+        raise LayoutError(f"docker save's blob {digest} has other bytes (sha256:{saved.hexdigest()})")
     if kept is not None:
         small[digest] = bytes(kept)
     zdigest = "sha256:" + packed.hexdigest()
     part.replace(blobs / zdigest.removeprefix("sha256:"))
-    return zdigest, written
+    return zdigest, written, "sha256:" + (plain if gunzip is not None else saved).hexdigest()
 
 
 def push_zstd(runner: Runner, layout: Path, ref: str, remote: str, tag: str, insecure: bool, timeout: float) -> Result:

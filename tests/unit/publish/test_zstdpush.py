@@ -5,6 +5,7 @@ an engine older than Docker 25."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -40,17 +41,30 @@ def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def saved(layers: list[bytes], *, bad: bool = False, index: bool = True, drop: bool = False) -> tuple[bytes, bytes]:
-    """A tar as Docker 25+'s `docker save` writes it, and the image's config."""
-    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": [sha(layer) for layer in layers]}}).encode()
+def saved(
+    layers: list[bytes],
+    *,
+    bad: bool = False,
+    index: bool = True,
+    drop: bool = False,
+    gzipped: bool = False,
+    diff_ids: list[bytes] | None = None,
+) -> tuple[bytes, bytes]:
+    """A tar as Docker 25+'s `docker save` writes it, and the image's config; `gzipped`: as the containerd image
+    store holds the layers; `diff_ids`: the layers the config names (default: `layers`)."""
+    named = [sha(layer) for layer in (layers if diff_ids is None else diff_ids)]
+    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": named}}).encode()
+    stored = [gzip.compress(layer, mtime=0) for layer in layers] if gzipped else layers
+    kind = LAYER_TAR + "+gzip" if gzipped else LAYER_TAR
     manifest = json.dumps(
         {
             "schemaVersion": 2,
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha(config), "size": 9},
-            "layers": [{"mediaType": LAYER_TAR, "digest": sha(layer), "size": len(layer)} for layer in layers],
+            "layers": [{"mediaType": kind, "digest": sha(layer), "size": len(layer)} for layer in stored],
         }
     ).encode()
+    layers = stored
     files = {f"blobs/sha256/{sha(blob)[7:]}": blob for blob in (*layers, config, manifest)}
     if bad:
         files[f"blobs/sha256/{sha(layers[0])[7:]}"] = layers[0] + b"x"
@@ -93,6 +107,24 @@ def test_the_layout_has_zstd_layers_that_decompress_to_the_saved_ones_and_the_co
     assert sorted(path.name for path in blobs.iterdir()) == sorted(
         [layer["digest"][7:] for layer in manifest["layers"]] + [sha(config)[7:], entry["digest"][7:]]
     )  # the uncompressed layers and docker's own manifest are not kept
+
+
+def test_gzip_layers_of_the_containerd_store_give_the_layout_the_classic_store_gives(tmp_path: Path) -> None:
+    write_layout(io.BytesIO(saved(LAYERS)[0]), tmp_path / "classic")
+    write_layout(io.BytesIO(saved(LAYERS, gzipped=True)[0]), tmp_path / "containerd")
+    classic, containerd = layout_files(tmp_path / "classic"), layout_files(tmp_path / "containerd")
+    assert classic == containerd  # the same config, the same zstd layers: the same manifest digest in the registry
+
+
+def test_a_gzip_layer_that_is_not_the_configs_layer_is_refused(tmp_path: Path) -> None:
+    other, _ = saved(LAYERS, gzipped=True, diff_ids=[LAYERS[0], b"another layer"])
+    with pytest.raises(LayoutError, match=f"holds {sha(LAYERS[1])}, which is not the config's layer 1"):
+        write_layout(io.BytesIO(other), tmp_path / "layout")
+    stream, _ = saved(LAYERS, gzipped=True)
+    whole = gzip.compress(LAYERS[0], mtime=0)
+    broken = stream.replace(whole, whole[:-8] + bytes(8))  # its CRC and length zeroed
+    with pytest.raises(LayoutError, match="is not a whole gzip stream"):
+        write_layout(io.BytesIO(broken), tmp_path / "broken")
 
 
 def test_the_same_image_gives_the_same_layout_whatever_the_threads(
