@@ -85,14 +85,19 @@ def checks(root: Path, python: str) -> list[Step]:
 
 
 def end_to_end(root: Path, engine: Path) -> list[Step]:
-    """An engine of its own, disk, checks, real builds of the CI cells, a local registry and the push to it, then
-    the user's commands again as an unprivileged member of the `docker` group (.ci/as-user.sh)."""
+    """An engine of its own, disk, checks, real builds of the CI cells, the README's set-up in a fresh container of
+    the base the first build made (.ci/quickstart.sh), a local registry and the push to it, then the user's commands
+    again as an unprivileged member of the `docker` group (.ci/as-user.sh)."""
     registry = f"127.0.0.1:{REGISTRY_PORT}"
     return [
         Step("engine", f"bash {_q(root / 'scripts/engine.sh')} --own {_q(engine)} --fixtures"),
         Step("disk", f"{usage.DISK} --need {DISK_NEED_GB}"),
         Step("checks", usage.CHECK),
         *(Step(f"build {flags}", f"{usage.BUILD} {flags}") for flags in BUILDS),
+        Step(
+            "the README's set-up on Debian's own Python",
+            f"bash {_q(root / '.ci/quickstart.sh')} {shlex.quote(sys.executable)}",
+        ),
         Step("the locked OS packages into a local repository", f"{usage.APT_REPO} --to {_q(root / APT_REPO)}"),
         Step("the base, then repro (PyTorch cell), from that repository on 127.0.0.1", _served(root)),
         Step("registry", f"bash {_q(root / '.ci/registry.sh')} start {REGISTRY_NAME} {REGISTRY_PORT}"),

@@ -12,6 +12,8 @@ from dlimages.model.cells import Expansion
 from dlimages.model.selection import Selection, select
 from dlimages.model.spec import Matrix
 
+REPO = Path(__file__).resolve().parents[3]
+
 
 def flag_values(flags: str) -> dict[str, str]:
     words = shlex.split(flags)
@@ -45,6 +47,9 @@ def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() 
     builds = [i for i, command in enumerate(steps) if command.startswith("invoke build ")]
     push = next(i for i, command in enumerate(steps) if "invoke push " in command)
     assert len(builds) == len(ci.BUILDS) and disk < min(builds) and max(builds) < push
+    # The README's set-up on Debian's own Python, in a container of the base the first build made.
+    [quickstart] = [i for i, command in enumerate(steps) if command.startswith("bash /repo/.ci/quickstart.sh ")]
+    assert min(builds) < quickstart < push
     # The push signs and attests with a key made for the run, and both CI images must then verify against it.
     [key] = [i for i, command in enumerate(steps) if "cosign generate-key-pair" in command]
     assert key < push and f"--sign-key /repo/{ci.SIGNING}/cosign.key" in steps[push]
@@ -75,3 +80,14 @@ def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() 
     assert ci.image_tests(root, "python3", ["lab/x:v1", "lab/y:v1"]).command.endswith(
         "--image lab/x:v1 --image lab/y:v1"
     )
+
+
+def test_ci_runs_the_readmes_test_command_after_its_set_up() -> None:
+    # .ci/run is the README's test command, nothing else; the set-up before it makes a venv (PEP 668 systems refuse
+    # a bare `pip install`), and .ci/quickstart.sh runs that set-up block as the README writes it.
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    *_, command = (REPO / ".ci/run").read_text(encoding="utf-8").strip().splitlines()
+    assert f"\n    {command}\n" in readme
+    setup = readme[readme.index("## Set up and run") : readme.index(f"    {command}")]
+    assert "    python3 -m venv .venv && . .venv/bin/activate\n" in setup
+    assert "pip install -e . &&" not in setup
