@@ -13,6 +13,7 @@ from dlimages.build.base import base_lock, make_base_argv, missing_bases
 from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
+from dlimages.core.engines import Need
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
@@ -28,7 +29,7 @@ def base(root: Path, *, apt_from: str | None = None, check: bool = False, no_eng
     """Make the offline Debian 12 base image from its lock with scripts/make-base.sh (its output shown as it runs):
     the lock's packages fetched and checked first, from `apt_from` (aptdebs.origin) or this host's mirror."""
     source = base_lock(root, apt_from)
-    engine(root, no_engine_setup, buildx=False)
+    engine(root, no_engine_setup, need=Need.BASE)
     say(f"{BASE_APT_LOCK}: {len(source.lock.debs)} packages, from {source.origin.describe()}")
     try:
         repo = aptdebs.flat_repo(source.lock, source.origin, root, RUNNER)
@@ -94,7 +95,7 @@ def bases_mirror(
         chosen, to, lock, extra, local=lambda _: False
     )  # every problem is exit 2 before the engine
     if not dry_run:
-        engine(project.root, no_engine_setup, buildx=False)
+        engine(project.root, no_engine_setup, need=Need.DOCKER)
         make_local_bases(project.root, [cell.base_image for cell in chosen if cell.bootstrap_base])
     copies = basesource.mirror_copies(chosen, to, lock, extra, local=RUNNER.image_exists)
     workdir = run_folder()

@@ -45,6 +45,12 @@ ENGINE_PREFIX = "dlimages-ci-engine-"
 SCRATCH_PREFIX = "dlimages-ci-tmp-"  # TMPDIR of every step: what chromium, torch, uv and pytest leave goes with it
 REGISTRY_PORT = 5055
 REGISTRY_NAME = "ci"
+# The containerd store's leg (containerd_leg): its own registry and key, and the ledger of what it built.
+CONTAINERD_REGISTRY_PORT = 5057
+CONTAINERD_REGISTRY_NAME = "ci-containerd"
+CONTAINERD_SIGNING = ".work/ci-cosign-containerd"
+CONTAINERD_LEDGER = ".work/ci-containerd-builds.json"
+LEDGER = ".work/builds.json"
 REPORT = ".work/build-report.json"
 
 
@@ -94,6 +100,7 @@ def end_to_end(root: Path, engine: Path) -> list[Step]:
         Step("disk", f"{usage.DISK} --need {DISK_NEED_GB}"),
         Step("checks", usage.CHECK),
         *(Step(f"build {flags}", f"{usage.BUILD} {flags}") for flags in BUILDS),
+        same_image(root, sys.executable),
         Step(
             "the README's set-up on Debian's own Python",
             f"bash {_q(root / '.ci/quickstart.sh')} {shlex.quote(sys.executable)}",
@@ -143,10 +150,47 @@ def _key(folder: Path) -> str:
     )
 
 
-def cleanup(root: Path, engine: Path) -> list[Step]:
+def containerd_leg(root: Path, engine: Path) -> list[Step]:
+    """The PyTorch cell on the containerd image store (the default of Docker 29+), on an engine of its own: the base
+    and a cold build, tagged; a signed push to a registry of its own, verified; smoke (exit 77 without a GPU). What
+    it built is kept for the classic store's leg, which must build the very same config (`same_image`)."""
+    registry = f"127.0.0.1:{CONTAINERD_REGISTRY_PORT}"
+    keys = root / CONTAINERD_SIGNING
+    key = f"--key {_q(keys / 'cosign.pub')}"
+    image = f"{registry}/{PYTORCH_IMAGE}"
+    return [
+        Step(
+            "containerd store: engine", f"bash {_q(root / 'scripts/engine.sh')} --own {_q(engine)} --store containerd"
+        ),
+        Step(f"containerd store: build {BUILDS[0]}", f"{usage.BUILD} {BUILDS[0]}"),
+        Step("containerd store: what it built", f"cp {_q(root / LEDGER)} {_q(root / CONTAINERD_LEDGER)}"),
+        Step(
+            "containerd store: registry",
+            f"bash {_q(root / '.ci/registry.sh')} start {CONTAINERD_REGISTRY_NAME} {CONTAINERD_REGISTRY_PORT}",
+        ),
+        Step("containerd store: a signing key", _key(keys)),
+        Step(
+            "containerd store: push, signed and attested",
+            f"COSIGN_PASSWORD={SIGNING_PASSWORD} {usage.PUSH} --registry {registry} "
+            f"--sign-key {_q(keys / 'cosign.key')}",
+        ),
+        Step("containerd store: verify", f"{usage.VERIFY} --image {image} {key}"),
+        Step("containerd store: smoke (77: no GPU)", f"{usage.SMOKE} --image {image} {key}; test $? -eq 77"),
+    ]
+
+
+def same_image(root: Path, python: str) -> Step:
+    """The classic store's image ID of the PyTorch cell is the config digest the containerd store's build made."""
+    return Step(
+        "one image on both stores",
+        f"{shlex.quote(python)} {_q(root / '.ci/same-image.py')} {_q(root / CONTAINERD_LEDGER)} {PYTORCH_IMAGE}",
+    )
+
+
+def cleanup(root: Path, engine: Path, registry: str = REGISTRY_NAME) -> list[Step]:
     """Always, after the steps: stop the registry, stop CI's engine and delete its folder (data root included)."""
     return [
-        Step("registry stop", f"bash {_q(root / '.ci/registry.sh')} stop {REGISTRY_NAME}"),
+        Step("registry stop", f"bash {_q(root / '.ci/registry.sh')} stop {registry}"),
         Step("engine stop", f"bash {_q(root / 'scripts/engine.sh')} --stop-own {_q(engine)}"),
     ]
 

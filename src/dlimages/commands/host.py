@@ -17,6 +17,7 @@ from dlimages.build.ledger import Ledger
 from dlimages.commands import ci_plan
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
+from dlimages.core.engines import Need
 from dlimages.core.runner import DEFAULT as RUNNER
 
 
@@ -24,7 +25,7 @@ def disk(root: Path, *, need: str = "0", no_engine_setup: bool = False) -> str:
     """Where the engine keeps its data, what is free and what it holds, with the commands that give space back;
     Failed (exit 1, the report printed) when less than `need` GB is free."""
     needed = data_disk.need_from_flag(need)
-    engine(root, no_engine_setup, buildx=False)
+    engine(root, no_engine_setup, need=Need.DOCKER)
     found = data_disk.data_root(RUNNER)
     if found is None:
         raise Failed("error: the Docker engine did not say where it keeps its data (`docker info` failed)", code=1)
@@ -48,7 +49,6 @@ def ci(root: Path, shell: Context) -> None:
     if os.geteuid() != 0:
         raise Failed(f"error: `{usage.CI}` starts an engine of its own and creates a user: run it as root", code=2)
     own = Path(tempfile.mkdtemp(prefix=ci_plan.ENGINE_PREFIX, dir=ci_plan.ENGINE_PARENT))
-    os.environ["DOCKER_HOST"] = f"unix://{own}/docker.sock"  # every step below, and the image tests
     # The host's /tmp is left as it was: every step's temporary files (chromium's profiles, torch's caches, uv's
     # locks, pytest's folders) go to a folder of this run, writable by all as /tmp is (the unprivileged user's steps
     # inherit TMPDIR), deleted at the end.
@@ -56,14 +56,28 @@ def ci(root: Path, shell: Context) -> None:
     scratch.chmod(0o1777)
     os.environ["TMPDIR"] = str(scratch)
     timings: list[tuple[str, float]] = []
-    try:
-        for step in ci_plan.end_to_end(root, own):
+
+    def run(steps: list[ci_plan.Step]) -> None:
+        for step in steps:
             say(f"\n##### {step.name}: {step.command}")
             start = time.monotonic()
             shell.run(step.command, pty=False)
             timings.append((step.name, time.monotonic() - start))
             _say_free_space(step.name)
-        say("\n" + "\n".join(f"{name:>40}: {seconds:7.1f} s" for name, seconds in timings))
+
+    try:
+        # First the PyTorch cell on the containerd image store, on an engine of its own that is gone before the
+        # classic store's engine starts (two dockerds would share one bridge).
+        containerd = Path(tempfile.mkdtemp(prefix=ci_plan.ENGINE_PREFIX, dir=ci_plan.ENGINE_PARENT))
+        os.environ["DOCKER_HOST"] = f"unix://{containerd}/docker.sock"
+        try:
+            run(ci_plan.containerd_leg(root, containerd))
+        finally:
+            for step in ci_plan.cleanup(root, containerd, ci_plan.CONTAINERD_REGISTRY_NAME):
+                shell.run(step.command, warn=True, hide=True)
+        os.environ["DOCKER_HOST"] = f"unix://{own}/docker.sock"  # every step below, and the image tests
+        run(ci_plan.end_to_end(root, own))
+        say("\n" + "\n".join(f"{name:>50}: {seconds:7.1f} s" for name, seconds in timings))
         # Last, so that pytest's closing line is the run's verdict (GPU tests: skipped without a GPU, never passed).
         shell.run(ci_plan.image_tests(root, sys.executable, Ledger(root).built_refs()).command, pty=False)
     finally:

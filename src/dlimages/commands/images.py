@@ -14,6 +14,7 @@ from dlimages.build.ledger import LEDGER_FILE, Ledger
 from dlimages.commands import ci_plan
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
+from dlimages.core.engines import Need
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.references import names_registry
 from dlimages.core.runner import DEFAULT as RUNNER
@@ -40,7 +41,7 @@ def test(root: Path, shell: Context, *, image: Sequence[str], no_engine_setup: b
     images = inimage.check_images(image) if image else inimage.check_images(Ledger(root).built_refs(), str(LEDGER_FILE))
     if not images:
         raise InputError([Problem("--image", NOTHING_BUILT)])
-    engine(root, no_engine_setup)
+    engine(root, no_engine_setup, need=Need.DOCKER)  # the image tests run containers, build none
     shell.run(ci_plan.image_tests(root, sys.executable, images, gpu=False).command + " -m image", pty=False)
 
 
@@ -79,7 +80,7 @@ def push(
         raise InputError([Problem("--image", NOTHING_BUILT)])
     refs = list(names)
     plan_push(refs, list(registry), names)  # every bad ref or registry is exit 2 before anything starts
-    engine(root, no_engine_setup, buildx=False)
+    engine(root, no_engine_setup, need=Need.DOCKER)
     archives = Archives(root) if compression == "zstd" else None
     try:
         results = push_image(
@@ -135,7 +136,7 @@ def verify(
         raise InputError([Problem("--image", "give the image to verify", "REGISTRY/REPOSITORY:TAG or @sha256:...")])
     [ref] = inimage.check_images([image])
     trust = Trust.from_flags(key, identity, issuer, tlog)
-    engine(root, no_engine_setup, buildx=False)
+    engine(root, no_engine_setup, need=Need.DOCKER)
     try:
         verified = verify_image(ref, trust, RUNNER)
     except SigningError as error:
@@ -186,7 +187,7 @@ def smoke(
         raise InputError([Problem("--image", "give at least one image")])
     refs = inimage.check_images(image)
     trust = _trust(refs, key, identity, issuer, tlog, no_verify)
-    engine(root, no_engine_setup, buildx=False)
+    engine(root, no_engine_setup, need=Need.DOCKER)
     runs = dict(zip(refs, _runnable(refs, trust), strict=True))
     codes = {
         ref: inimage.run_in_image(RUNNER, run, ["dl-smoke"], gpus=not no_gpus, on_line=say) for ref, run in runs.items()
@@ -219,7 +220,7 @@ def bench(
     [ref] = inimage.check_images([image])
     command = inimage.bench_command(batch_size, modes or None, gpus)  # exit 2 here, not "skipped" in the image
     trust = _trust([ref], key, identity, issuer, tlog, no_verify)
-    engine(root, no_engine_setup, buildx=False)
+    engine(root, no_engine_setup, need=Need.DOCKER)
     [run] = _runnable([ref], trust)
     code = inimage.run_in_image(RUNNER, run, command, gpus=True, on_line=say)
     if code:

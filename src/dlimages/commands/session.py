@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
 from dlimages.build import disk as data_disk
-from dlimages.build.engine import EngineUnavailable, ensure_engine, setup_allowed
+from dlimages.build.engine import EngineRefused, EngineUnavailable, ensure_engine, setup_allowed
+from dlimages.core.engines import Need
 from dlimages.core.runner import DEFAULT as RUNNER
 
 
@@ -31,12 +33,24 @@ def note(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def engine(root: Path, no_engine_setup: bool, *, buildx: bool = True) -> None:
-    """Make sure an engine answers: start one (scripts/engine.sh) unless the person manages Docker themselves."""
+def engine(root: Path, no_engine_setup: bool, *, need: Need = Need.BUILDKIT) -> None:
+    """Make sure an engine answers: start one (scripts/engine.sh) unless the person manages Docker themselves. One
+    that cannot serve `need` (core.engines) stops the task with exit 2, before it has done anything; on one that can
+    but differs from a standard Docker, the task goes on and says how, once."""
     try:
-        ensure_engine(root, RUNNER, setup=setup_allowed(no_engine_setup), on_line=say, buildx=buildx)
+        found = ensure_engine(root, RUNNER, setup=setup_allowed(no_engine_setup), on_line=say, need=need)
+    except EngineRefused as error:
+        raise Failed(f"error: {error}", code=2) from None
     except EngineUnavailable as error:
         raise Failed(f"error: {error}", code=1) from None
+    for line in found.notes():
+        _note_once(line)
+
+
+@functools.cache
+def _note_once(line: str) -> None:
+    """A task may ask for the engine twice (a build that makes its base first): its note is said the first time."""
+    note(f"note: {line}")
 
 
 def warn_if_short_of_disk(builds: int) -> None:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from dlimages.core.engines import Engine, Need, read_engine
+
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
 # Runs argv in cwd, hands every output line (stdout and stderr merged, without its newline) to the callback,
 # returns the exit code. Ctrl-C stops the child before it propagates.
@@ -147,18 +149,23 @@ class Runner:
     def image_exists(self, ref: str) -> bool:
         return self.image_id(ref) is not None
 
-    def engine_problem(self, *, buildx: bool = True) -> str | None:
-        """None when a Docker engine (and, with `buildx`, the BuildKit CLI plugin) answers; else what to do."""
-        info = self.docker("info", "--format", "{{.ServerVersion}}", timeout=30)
+    def engine(self) -> Engine | str:
+        """The engine that answers (core.engines: what kind, from one `docker info` and one `docker version`), or
+        what keeps one from answering."""
+        info = self.docker("info", "--format", "{{json .}}", timeout=30)
         if info.missing:
             return "the docker CLI is not installed"
         if info.hung:
             return "the Docker engine did not answer within 30 s"
         if not info.ok:
             return "the Docker engine is not reachable (`bash scripts/engine.sh` installs and starts one)"
-        if buildx and not self.docker("buildx", "version", timeout=30).ok:
-            return "the docker buildx plugin is missing (`bash scripts/engine.sh` installs it)"
-        return None
+        version = self.docker("version", "--format", "{{json .}}", timeout=30)
+        return read_engine(version.out, info.out)  # its JSON even when it fails: what it printed is still read
+
+    def engine_problem(self, *, buildx: bool = True) -> str | None:
+        """None when an engine answers that can run docker commands (with `buildx`, builds); else what is wrong."""
+        found = self.engine()
+        return found if isinstance(found, str) else found.refusal(Need.BUILDKIT if buildx else Need.DOCKER)
 
 
 DEFAULT = Runner()

@@ -34,6 +34,7 @@ TEST = invoke("test")
 INSTALL_TEST_TOOLS = "pip install -e '.[test]'"  # pyproject.toml's `test` extra, from the clone
 PUSH = invoke("push")
 VERIFY = invoke("verify")
+SMOKE = invoke("smoke")
 DISK = invoke("disk")
 CHECK = invoke("check")
 CI = invoke("ci")

@@ -68,36 +68,8 @@ def test_unknown_failure_quotes_the_last_line() -> None:
     assert explain_failure(["step 1", "something odd happened", ""]) == "the build failed: something odd happened"
 
 
-def fake_run(results: dict[str, subprocess.CompletedProcess[str] | Exception]) -> Any:
-    def run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
-        outcome = results[argv[1]]
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
-
-    return run
-
-
 def done(code: int, out: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess([], code, out, "")
-
-
-def test_engine_check_passes_with_engine_and_buildx() -> None:
-    assert Runner(fake_run({"info": done(0), "buildx": done(0)})).engine_problem() is None
-
-
-@pytest.mark.parametrize(
-    ("results", "problem"),
-    [
-        ({"info": FileNotFoundError()}, "docker CLI is not installed"),
-        ({"info": subprocess.TimeoutExpired("docker", 30)}, "did not answer"),
-        ({"info": done(1)}, "engine is not reachable"),
-        ({"info": done(0), "buildx": done(1)}, "buildx plugin is missing"),
-    ],
-)
-def test_engine_check_names_what_is_missing(results: dict[str, Any], problem: str) -> None:
-    message = Runner(fake_run(results)).engine_problem()
-    assert message is not None and problem in message
 
 
 class FakeEngine:

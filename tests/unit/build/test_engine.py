@@ -11,22 +11,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_engines import DOCKER, NO_BUILDX, NOT_RUNNING, OLD, PODMAN, ROOTLESS, EngineHost
 
-from dlimages.build.engine import ENGINE_SCRIPT, EngineUnavailable, ensure_engine, setup_allowed
+from dlimages.build.engine import ENGINE_SCRIPT, EngineRefused, EngineUnavailable, ensure_engine, setup_allowed
+from dlimages.core.engines import Kind, Need
 from dlimages.core.runner import Runner
 
 ROOT = Path("/repo")
 
 
 class FakeHost:
-    """`docker info` fails until the engine script has run (or always, when `starts` is False)."""
+    """`docker info` fails until the engine script has run (or always, when `starts` is False); once up, `docker`
+    answers as the engine `case` (fake_engines)."""
 
-    def __init__(self, *, up: bool = False, starts: bool = True, script_code: int = 0) -> None:
+    def __init__(self, *, up: bool = False, starts: bool = True, script_code: int = 0, case: str = DOCKER) -> None:
         self.up, self.starts, self.script_code = up, starts, script_code
+        self.engine = EngineHost(case)
         self.scripts: list[tuple[str, ...]] = []
 
     def run(self, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
-        return subprocess.CompletedProcess(argv, 0 if self.up else 1, "26.1.5\n" if self.up else "", "")
+        return self.engine.run(argv) if self.up else subprocess.CompletedProcess(argv, 1, "", NOT_RUNNING)
 
     def stream(self, argv: Sequence[str], cwd: Path | None, on_line: Callable[[str], None]) -> int:
         self.scripts.append(tuple(argv))
@@ -93,6 +97,36 @@ def test_a_failed_start_is_an_error_not_a_build_against_nothing(starts: bool, co
     with pytest.raises(EngineUnavailable) as caught:
         ensure_engine(ROOT, host.runner, setup=True, on_line=lambda _: None)
     assert f"scripts/engine.sh exited {code}" in str(caught.value)
+
+
+@pytest.mark.parametrize(("case", "need"), [(PODMAN, Need.BUILDKIT), (PODMAN, Need.BASE), (NO_BUILDX, Need.BUILDKIT)])
+@pytest.mark.parametrize("setup", [True, False])
+def test_an_engine_that_cannot_serve_the_task_is_refused_and_never_replaced(
+    case: str, need: Need, setup: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It answers, so engine.sh would leave it as it is: the refusal comes at once, whoever runs the task."""
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    host = FakeHost(up=True, case=case)
+    with pytest.raises(EngineRefused) as caught:
+        ensure_engine(ROOT, host.runner, setup=setup, on_line=pytest.fail, need=need)
+    assert host.scripts == []
+    assert str(caught.value) == host.runner.engine().refusal(need)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("case", "need", "kinds"),
+    [
+        (PODMAN, Need.DOCKER, (Kind.PODMAN,)),
+        (NO_BUILDX, Need.BASE, (Kind.NO_BUILDX,)),
+        (OLD, Need.BUILDKIT, (Kind.OLD,)),
+    ]
+    + [(ROOTLESS, need, (Kind.ROOTLESS,)) for need in Need],
+)
+def test_an_engine_that_can_serve_the_task_is_handed_back_with_its_kinds(
+    case: str, need: Need, kinds: tuple[Kind, ...]
+) -> None:
+    found = ensure_engine(ROOT, FakeHost(up=True, case=case).runner, setup=True, on_line=pytest.fail, need=need)
+    assert found.kinds == kinds
 
 
 @pytest.mark.parametrize(
