@@ -46,8 +46,8 @@ def cell() -> Cell:
 def plan_for(cell: Cell, tmp_path: Path, body: str) -> BuildPlan:
     (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\n{body}\n", encoding="utf-8")
     argv = ["docker", "buildx", "build", "--progress=plain", "--load", "--file", str(tmp_path / "Dockerfile")]
-    argv += ["--iidfile", str(tmp_path / "iid"), str(tmp_path)]
-    return BuildPlan(cell, argv, tmp_path / "iid", MirrorArgs("none"), BaseChoice(cell.slug, BASE, local=True))
+    argv += ["--metadata-file", str(tmp_path / "built.json"), str(tmp_path)]
+    return BuildPlan(cell, argv, tmp_path / "built.json", MirrorArgs("none"), BaseChoice(cell.slug, BASE, local=True))
 
 
 def test_failed_build_tags_nothing(cell: Cell, tmp_path: Path) -> None:

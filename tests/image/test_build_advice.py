@@ -67,12 +67,12 @@ def build(
     uv = installs_with_uv(cell, lock_state(REPO, cell, Project(REPO).matrix.packages.pip).locked)
     if uv:  # the locked steps' uv, as `invoke build` stages it and hands it in
         stage_uv(REPO)
-    iidfile = workdir / f"{cell.slug}.iid"
-    plan = plan_build(cell, mirror, Secrets(), base_image=base_image, iidfile=iidfile, apt=apt, uv=uv)
+    metadata = workdir / f"{cell.slug}.json"
+    plan = plan_build(cell, mirror, Secrets(), base_image=base_image, metadata_file=metadata, apt=apt, uv=uv)
     out = io.StringIO()
     result = run_build(plan, REPO, out, remedies=remedies)
     assert not result.ok, out.getvalue()[-3000:]
-    assert result.tags == () and not plan.iidfile.exists()
+    assert result.tags == () and not plan.metadata_file.exists()
     assert not any(RUNNER.image_exists(ref) for ref in cell.refs), "a failed build tagged an image"
     return result
 

@@ -104,7 +104,7 @@ def test_a_published_image_is_pulled_by_its_digest_and_shown_reproducible(
     images.append(pulled)
     assert f"given: {pulled} ({published})" in out
     assert f"verified against digest {published.rpartition('@')[2]}" in out
-    assert "identical: the same image ID" in out and f"cold build 1: {pulled}" in out
+    assert "identical: the same config digest" in out and f"cold build 1: {pulled}" in out
 
 
 def test_a_digest_of_another_image_names_the_file_that_differs(
