@@ -97,6 +97,9 @@ build_tarball() {
         # The image keeps Debian's default sources, not the repository it was made from ($1 is the hook's root
         # directory, expanded by mmdebstrap).
         --customize-hook='rm -f "$1/etc/apt/sources.list"'
+        # Empty /etc/hosts and /etc/resolv.conf, as the runtime binds its own over them: without them every build step
+        # would make them as mount points and delete them after, and the classic store would keep /etc in each layer.
+        --customize-hook='touch --date="@$SOURCE_DATE_EPOCH" "$1/etc/hosts" "$1/etc/resolv.conf"'
         --customize-hook='printf "%s\n" "Types: deb" "URIs: $DLI_MIRROR" "Suites: bookworm bookworm-updates" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" "" "Types: deb" "URIs: $DLI_SECURITY_MIRROR" "Suites: bookworm-security" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$1/etc/apt/sources.list.d/debian.sources"'
     )
     local start=$SECONDS

@@ -341,7 +341,7 @@ def test_no_pip_cache(container: Container) -> None:
 
 def test_no_installer_leftovers_and_nothing_world_writable_in_the_venv(container: Container) -> None:
     """uv (the locked steps' installer) leaves neither its cache nor the venv's lock file (world-writable) behind."""
-    cache = container.root.check_output("find /home/dev/.cache/uv -mindepth 1 2>/dev/null | head -5 || true")
+    cache = container.root.check_output("find /home/dev/.cache/uv /mnt/uv-cache -mindepth 1 2>/dev/null | head -5 || true")
     assert not cache, f"uv's cache left in the image:\n{cache}"
     assert not container.root.file("/opt/venv/.lock").exists, "uv's /opt/venv/.lock is in the image"
     writable = container.root.check_output("find /opt/venv -perm -0002 ! -type l | head -5")
@@ -349,8 +349,8 @@ def test_no_installer_leftovers_and_nothing_world_writable_in_the_venv(container
 
 
 def test_no_secrets_left(container: Container) -> None:
-    secrets = container.root.check_output("find /run/secrets -mindepth 1 2>/dev/null | head -5 || true")
-    assert not secrets, f"/run/secrets is not empty:\n{secrets}"
+    secrets = container.root.check_output("find /run/secrets /mnt/secrets -mindepth 1 2>/dev/null | head -5 || true")
+    assert not secrets, f"secret files in the image:\n{secrets}"
     for netrc in ("/home/dev/.netrc", "/root/.netrc"):
         assert not container.root.file(netrc).exists, f"{netrc} is in the image"
     pip_cert = container.host.check_output('printf %s "${PIP_CERT:-}"')
@@ -412,7 +412,8 @@ SECRET_PATTERNS = {
     # HF_TOKEN=..., GITHUB_TOKEN=..., AWS_SECRET_ACCESS_KEY=..., PIP_API_KEY=...: a value, not an empty ARG.
     "a token": re.compile(r"\w*(token|secret|api[_-]?key)\w*=[^\s$]", re.IGNORECASE),
 }
-# Paths that look like secret material; /run/secrets/<id> (where BuildKit mounts a secret) is the only one allowed.
+# Paths that look like secret material; /mnt/secrets/<id> (where the build mounts a secret, in a tmpfs) is the only
+# one allowed.
 SECRET_PATH = re.compile(r"(?:~|/)[\w./-]*(?:secret|netrc|\.pem|\.crt|\.key\b|credential)[\w./-]*", re.IGNORECASE)
 
 
@@ -423,8 +424,8 @@ def test_history_and_config_hold_no_secrets(image: Image, docker: Docker) -> Non
         for what, pattern in SECRET_PATTERNS.items():
             match = pattern.search(text)
             assert match is None, f"{where} of {image.ref} contains {what}: ...{match.group(0)}..."
-        paths = sorted({p for p in SECRET_PATH.findall(text) if not p.startswith("/run/secrets/")})
-        assert not paths, f"{where} of {image.ref} names secret files other than /run/secrets/*: {paths}"
+        paths = sorted({p for p in SECRET_PATH.findall(text) if not p.startswith("/mnt/secrets/")})
+        assert not paths, f"{where} of {image.ref} names secret files other than /mnt/secrets/*: {paths}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -58,9 +58,10 @@ def installs_with_uv(cell: Cell, locked: bool) -> bool:
 
 def uv_install(source_builds: Sequence[str] = ()) -> str:
     """uv's command for a lock in a build (uv bound in at /mnt/uv): the same files by hash as `install_flags`, into
-    the venv, bytecode compiled as pip does, copied from uv's cache (a cache mount, another file system)."""
+    the venv, bytecode compiled as pip does, copied from uv's cache (a cache mount under /mnt,
+    another file system, never in a layer)."""
     return (
-        "/mnt/uv pip install --python /opt/venv/bin/python --no-config --cache-dir /home/dev/.cache/uv "
+        "/mnt/uv pip install --python /opt/venv/bin/python --no-config --cache-dir /mnt/uv-cache "
         f"--link-mode copy --compile-bytecode {install_flags(source_builds)}"
     )
 
