@@ -322,10 +322,10 @@ def test_a_locked_pypi_cell_installs_its_framework_and_package_set_with_uv(
     for name in ("framework.lock", "requirements.lock"):
         step = steps[name]
         assert "--mount=type=bind,from=uv,source=uv,target=/mnt/uv" in step
-        assert "--mount=type=cache,target=/home/dev/.cache/uv,uid=1000,gid=1000" in step and ".cache/pip" not in step
-        assert f"{uv} --no-config --cache-dir /home/dev/.cache/uv --link-mode copy --compile-bytecode " in step
+        assert "--mount=type=cache,target=/mnt/uv-cache,uid=1000,gid=1000" in step and ".cache/pip" not in step
+        assert f"{uv} --no-config --cache-dir /mnt/uv-cache --link-mode copy --compile-bytecode " in step
         assert f"--no-deps --require-hashes --only-binary=:all: -r /mnt/{name}" in step
-        assert "SSL_CERT_FILE=/run/secrets/pip_ca" in step
+        assert "SSL_CERT_FILE=/mnt/secrets/pip_ca" in step
         assert 'export UV_DEFAULT_INDEX="${PIP_INDEX_URL}"' in step
         assert "--clear-groups pip install" not in step
         assert f"-r /mnt/{name} \\\n && rm -f /opt/venv/.lock \\\n" in step  # uv's world-writable lock file

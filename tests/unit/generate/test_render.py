@@ -149,11 +149,12 @@ def test_every_pip_run_mounts_the_secrets_and_trusts_the_extra_ca_only_when_give
     pip_runs = [run for run in runs if "pip install" in run]
     assert len(pip_runs) == 3  # pip itself, the framework, the package set
     for run in pip_runs:
-        assert "--mount=type=secret,id=pip_ca,uid=1000 " in run
-        assert "if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi" in run
-        # netrc stays under /run/secrets: a mount point made in the user's home would outlive the step.
-        assert "--mount=type=secret,id=netrc,uid=1000 " in run
-        assert "if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi" in run
+        assert "--mount=type=secret,id=pip_ca,target=/mnt/secrets/pip_ca,uid=1000 " in run
+        assert "if [ -s /mnt/secrets/pip_ca ]; then export PIP_CERT=/mnt/secrets/pip_ca; fi" in run
+        # The secrets live in the step's tmpfs at /mnt: a mount point made in the image's own folders (the user's
+        # home, /run/secrets) would leave its folder in the layer.
+        assert "--mount=type=secret,id=netrc,target=/mnt/secrets/netrc,uid=1000 " in run
+        assert "if [ -s /mnt/secrets/netrc ]; then export NETRC=/mnt/secrets/netrc; fi" in run
 
 
 # --- Invariants of every rendered Dockerfile ----------------------------------------------------------------
@@ -311,14 +312,15 @@ def test_no_layer_holds_apt_lists_or_downloads(real_expansion: Expansion, render
 
 
 def test_every_step_ends_by_normalizing_what_it_wrote(real_expansion: Expansion, rendered: dict[str, str]) -> None:
-    """Reproducible layers: every RUN ends with dl-normalize (file times, emptied logs), and nothing enters by COPY
-    or ADD, which keep the checkout's file times."""
+    """Reproducible layers: every RUN ends with dl-normalize and its step number, 1, 2, ... (file times, emptied
+    logs), has a tmpfs at /tmp, and nothing enters by COPY or ADD, which keep the checkout's file times."""
     for c in real_expansion.cells:
         instructions = _instructions(rendered[c.dockerfile])
         runs = [i for i in instructions if i.startswith("RUN ")]
         assert runs, c.slug
-        for run in runs:
-            assert run.endswith("&& /mnt/dl-normalize"), f"{c.slug}: {run[-80:]}"
+        for number, run in enumerate(runs, start=1):
+            assert run.endswith(f"&& /mnt/dl-normalize {number}"), f"{c.slug}: {run[-80:]}"
+            assert "--mount=type=tmpfs,target=/tmp " in run, c.slug
             assert "--mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize" in run
         assert not [i for i in instructions if i.startswith(("COPY ", "ADD "))], c.slug
         assert "ARG SOURCE_DATE_EPOCH=0" in instructions and "ARG PYTHONHASHSEED=0" in instructions

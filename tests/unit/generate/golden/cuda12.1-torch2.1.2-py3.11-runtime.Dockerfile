@@ -41,6 +41,7 @@ ARG PIP_INDEX_URL=
 # Debian's main and security archives from the mirror, in the deb822 format of the official image.
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+    --mount=type=tmpfs,target=/tmp \
     umask 0022 \
  && if [ -n "${APT_MIRROR}" ]; then \
         security="${APT_SECURITY_MIRROR:-${APT_MIRROR%/}-security}" \
@@ -53,14 +54,16 @@ RUN --mount=type=tmpfs,target=/mnt \
  && if [ -n "${PIP_INDEX_URL}" ]; then \
         printf '[global]\nindex-url = %s\n' "${PIP_INDEX_URL}" > /etc/pip.conf; \
     fi \
- && /mnt/dl-normalize
+ && /mnt/dl-normalize 1
 # apt's lists and downloads live in tmpfs mounts, so no layer holds them. The OS packages' versions are those the
 # archive serves on the day of the build: Debian and Ubuntu drop superseded versions, so this layer is
 # reproducible only against the same archive state (the build report lists every package and version).
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+    --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/var/lib/apt/lists \
     --mount=type=tmpfs,target=/var/cache/apt \
+    --mount=type=tmpfs,target=/var/lib/dpkg/updates \
     umask 0022 \
  && apt-get update \
  && apt-get install -y --no-install-recommends \
@@ -72,34 +75,36 @@ RUN --mount=type=tmpfs,target=/mnt \
         python3-venv \
         tini \
         zsh \
- && /mnt/dl-normalize
+ && /mnt/dl-normalize 2
 # A non-root user owns the Python environment, so `pip install` works without sudo; pip runs as that user.
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH}
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
-    --mount=type=secret,id=pip_ca,uid=1000 \
-    --mount=type=secret,id=netrc,uid=1000 \
+    --mount=type=tmpfs,target=/tmp \
+    --mount=type=secret,id=pip_ca,target=/mnt/secrets/pip_ca,uid=1000 \
+    --mount=type=secret,id=netrc,target=/mnt/secrets/netrc,uid=1000 \
     umask 0022 \
- && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
- && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+ && if [ -s /mnt/secrets/pip_ca ]; then export PIP_CERT=/mnt/secrets/pip_ca; fi \
+ && if [ -s /mnt/secrets/netrc ]; then export NETRC=/mnt/secrets/netrc; fi \
  && useradd --create-home --uid 1000 --user-group --shell /usr/bin/zsh dev \
  && install -d -o dev -g dev /workspace /opt/venv /home/dev/.cache /home/dev/.cache/pip \
  && export HOME=/home/dev \
  && setpriv --reuid=1000 --regid=1000 --clear-groups python3 -m venv /opt/venv \
  && setpriv --reuid=1000 --regid=1000 --clear-groups /opt/venv/bin/python -m pip install --no-cache-dir pip==24.3.1 \
- && /mnt/dl-normalize
+ && /mnt/dl-normalize 3
 # PyTorch 2.1.2 brings CUDA 12.1 and cuDNN 8.9.2 in its wheels; the base has no CUDA libraries.
 # NOT LOCKED: this cell's packages need an index this project could not reach when locking, so pip resolves
 # them at build time and two builds can differ. `invoke lock` where that index is reachable fixes this.
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+    --mount=type=tmpfs,target=/tmp \
     --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
-    --mount=type=secret,id=pip_ca,uid=1000 \
-    --mount=type=secret,id=netrc,uid=1000 \
+    --mount=type=secret,id=pip_ca,target=/mnt/secrets/pip_ca,uid=1000 \
+    --mount=type=secret,id=netrc,target=/mnt/secrets/netrc,uid=1000 \
     umask 0022 \
- && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
- && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+ && if [ -s /mnt/secrets/pip_ca ]; then export PIP_CERT=/mnt/secrets/pip_ca; fi \
+ && if [ -s /mnt/secrets/netrc ]; then export NETRC=/mnt/secrets/netrc; fi \
  && export HOME=/home/dev \
  && printf '%s\n' \
         "torch==2.1.2" \
@@ -116,19 +121,20 @@ RUN --mount=type=tmpfs,target=/mnt \
         "torch==2.1.2" \
         "torchaudio==2.1.2" \
         "torchvision==0.16.2" \
- && /mnt/dl-normalize
+ && /mnt/dl-normalize 4
 # The preinstalled package set, pinned; the constraints file (framework and package pins) keeps the
 # framework from moving and users can reuse it: pip install -c /opt/venv/constraints.txt ... `pip check`: the
 # framework and the package set, installed in separate steps, still agree on every requirement (else the build
 # fails, naming each conflict).
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
+    --mount=type=tmpfs,target=/tmp \
     --mount=type=cache,target=/home/dev/.cache/pip,uid=1000,gid=1000 \
-    --mount=type=secret,id=pip_ca,uid=1000 \
-    --mount=type=secret,id=netrc,uid=1000 \
+    --mount=type=secret,id=pip_ca,target=/mnt/secrets/pip_ca,uid=1000 \
+    --mount=type=secret,id=netrc,target=/mnt/secrets/netrc,uid=1000 \
     umask 0022 \
- && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
- && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+ && if [ -s /mnt/secrets/pip_ca ]; then export PIP_CERT=/mnt/secrets/pip_ca; fi \
+ && if [ -s /mnt/secrets/netrc ]; then export NETRC=/mnt/secrets/netrc; fi \
  && export HOME=/home/dev \
  && setpriv --reuid=1000 --regid=1000 --clear-groups pip install --constraint /opt/venv/constraints.txt \
         "ipykernel==6.26.0" \
@@ -137,7 +143,7 @@ RUN --mount=type=tmpfs,target=/mnt \
         "pandas==2.0.3" \
         "scipy==1.10.1" \
  && setpriv --reuid=1000 --regid=1000 --clear-groups pip check \
- && /mnt/dl-normalize
+ && /mnt/dl-normalize 5
 # JupyterLab answers on 8888; the token comes from JUPYTER_TOKEN, else Jupyter makes a random one and logs it.
 # Its configuration (assets/jupyter_server_config.py) is installed with the shell's files, in one step.
 EXPOSE 8888
@@ -159,19 +165,21 @@ RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/dl-entrypoint,target=/mnt/dl-entrypoint \
     --mount=type=bind,source=assets/dl-smoke,target=/mnt/dl-smoke \
     --mount=type=bind,source=assets/dl-bench,target=/mnt/dl-bench \
+    --mount=type=tmpfs,target=/tmp \
     umask 0022 \
  && install -D -m 0644 /mnt/jupyter_server_config.py /etc/jupyter/jupyter_server_config.py \
  && install -m 0644 -o dev -g dev /mnt/zshrc /home/dev/.zshrc \
  && install -m 0755 /mnt/dl-entrypoint /mnt/dl-smoke /mnt/dl-bench /usr/local/bin/ \
  && install -m 0644 /mnt/dl_stack.py /mnt/dl_command.py /mnt/dl_smoke_errors.py /mnt/dl_smoke_pytorch.py /mnt/dl_smoke_rules.py /mnt/dl_smoke_tensorflow.py /mnt/dl_smoke_training.py /mnt/dl_bench_multigpu.py /mnt/dl_bench_training.py /usr/local/bin/ \
- && /mnt/dl-normalize
+ && /mnt/dl-normalize 6
 # Labels last: they change with every release and must not invalidate the layers above.
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
     --mount=type=bind,source=pytorch/cuda12.1-torch2.1.2-py3.11-runtime/cell.json,target=/mnt/cell.json \
+    --mount=type=tmpfs,target=/tmp \
     umask 0022 \
  && install -D -m 0644 /mnt/cell.json /etc/dlimages/cell.json \
- && /mnt/dl-normalize
+ && /mnt/dl-normalize 7
 ARG REVISION=unknown
 # Where the base came from (`invoke build` passes them: the registry, mirror or own, and the digest it pulled).
 ARG BASE_NAME=dlimages/base:debian12
