@@ -19,10 +19,10 @@ BUILDS = (
     "--cuda 12.1 --torch 2.1 --python 3.11 --mirror none",
     "--cuda 11.8 --tf 2.14 --python 3.11 --mirror host",
 )
-# The proof: one more cold build of the PyTorch cell must give the very image the first build made. The first builds
-# take the OS packages from the live archive; the base is then made again, and the cell built again, from a
-# repository on 127.0.0.1 that holds only the locked .deb files (`invoke apt-repo`, served by Python's http.server
-# for the one step): the same image ID proves that the archive's state does not enter the image.
+# The proof: two cold builds of the PyTorch cell, one on each image store, must give one image (the same config
+# digest). The containerd store's build takes its base and OS packages from a repository on 127.0.0.1 that holds only
+# the locked .deb files (`invoke apt-repo`, served by Python's http.server for the one step), the classic store's from
+# the live archive: one image proves that neither the store nor the archive's state enters it.
 PYTORCH_IMAGE = "lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"  # what BUILDS[0] tags
 TENSORFLOW_IMAGE = "lab/tensorflow-universal-dev:v1.0-cuda11.8-tf2.14.1-py3.11-runtime"  # what BUILDS[1] tags
 # The push signs and attests both images with a key made for the run (cosign, no transparency log: Sigstore is out of
@@ -31,7 +31,6 @@ SIGNING = ".work/ci-cosign"
 SIGNING_PASSWORD = "ci-throwaway"  # noqa: S105 (protects a key that lives for one run only)
 APT_REPO = ".work/ci-apt-repo"
 APT_REPO_PORT = 5056
-REPRO = f"{BUILDS[0]} --against {PYTORCH_IMAGE}"
 # Free space `invoke ci` needs on the file system of its engine's data root: the largest drop measured over a whole
 # run from an empty build cache was 24 GB (docs/notes/measurements.md); a lock proof takes up to 10 GB while it runs
 # (a CUDA framework's wheels, in a uv cache of its own deleted after it); the rest is room for image tests whose
@@ -46,7 +45,7 @@ SCRATCH_PREFIX = "dlimages-ci-tmp-"  # TMPDIR of every step: what chromium, torc
 REGISTRY_PORT = 5055
 REGISTRY_NAME = "ci"
 # The containerd store's leg (containerd_leg): its own registry and key, and the ledger of what it built (its config
-# digest is not the classic store's image ID: docs/reproducibility.md says why).
+# digest must be the classic store's image ID: .ci/same-image.py).
 CONTAINERD_REGISTRY_PORT = 5057
 CONTAINERD_REGISTRY_NAME = "ci-containerd"
 CONTAINERD_SIGNING = ".work/ci-cosign-containerd"
@@ -102,11 +101,14 @@ def end_to_end(root: Path, engine: Path) -> list[Step]:
         Step("checks", usage.CHECK),
         *(Step(f"build {flags}", f"{usage.BUILD} {flags}") for flags in BUILDS),
         Step(
+            "one image on both stores",
+            f"{shlex.quote(sys.executable)} {_q(root / '.ci/same-image.py')} {_q(root / CONTAINERD_LEDGER)} "
+            f"{PYTORCH_IMAGE}",
+        ),
+        Step(
             "the README's set-up on Debian's own Python",
             f"bash {_q(root / '.ci/quickstart.sh')} {shlex.quote(sys.executable)}",
         ),
-        Step("the locked OS packages into a local repository", f"{usage.APT_REPO} --to {_q(root / APT_REPO)}"),
-        Step("the base, then repro (PyTorch cell), from that repository on 127.0.0.1", _served(root)),
         Step("registry", f"bash {_q(root / '.ci/registry.sh')} start {REGISTRY_NAME} {REGISTRY_PORT}"),
         Step("a signing key for this run", _key(root / SIGNING)),
         Step(
@@ -129,16 +131,18 @@ def end_to_end(root: Path, engine: Path) -> list[Step]:
     ]
 
 
-def _served(root: Path) -> str:
-    """The base and the repro build with their OS packages from the CI repository, served on 127.0.0.1 for as long as
-    they run (the server is stopped however they end)."""
-    url = f"http://127.0.0.1:{APT_REPO_PORT}"
+APT_URL = f"http://127.0.0.1:{APT_REPO_PORT}"
+
+
+def _served(root: Path, commands: str) -> str:
+    """`commands` with the CI repository served on 127.0.0.1 for as long as they run (the server is stopped however
+    they end)."""
     folder = _q(root / APT_REPO)
     serve = f"{shlex.quote(sys.executable)} -m http.server --bind 127.0.0.1 --directory {folder} {APT_REPO_PORT}"
     return (
         f"{serve} >/dev/null 2>&1 & server=$!; trap 'kill $server' EXIT; "
         f"for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/{APT_REPO_PORT}) 2>/dev/null && break; sleep 0.2; done; "
-        f"{usage.BASE} --apt-from {url} && {usage.REPRO} {REPRO} --apt-from {url}"
+        f"{commands}"
     )
 
 
@@ -152,8 +156,9 @@ def _key(folder: Path) -> str:
 
 def containerd_leg(root: Path, engine: Path) -> list[Step]:
     """The PyTorch cell on the containerd image store (the default of Docker 29+), on an engine of its own: the base
-    and a cold build, tagged; a signed push to a registry of its own, verified; smoke (exit 77 without a GPU). Its
-    ledger is kept beside the classic store's (CONTAINERD_LEDGER), with the config digest that store built."""
+    and a cold build, tagged, their OS packages from the repository of the locked files alone; a signed push to a
+    registry of its own, verified; smoke (exit 77 without a GPU). Its ledger is kept beside the classic store's
+    (CONTAINERD_LEDGER), with the config digest that store built, for the classic store's build to match."""
     registry = f"127.0.0.1:{CONTAINERD_REGISTRY_PORT}"
     keys = root / CONTAINERD_SIGNING
     key = f"--key {_q(keys / 'cosign.pub')}"
@@ -162,7 +167,11 @@ def containerd_leg(root: Path, engine: Path) -> list[Step]:
         Step(
             "containerd store: engine", f"bash {_q(root / 'scripts/engine.sh')} --own {_q(engine)} --store containerd"
         ),
-        Step(f"containerd store: build {BUILDS[0]}", f"{usage.BUILD} {BUILDS[0]}"),
+        Step("the locked OS packages into a local repository", f"{usage.APT_REPO} --to {_q(root / APT_REPO)}"),
+        Step(
+            f"containerd store: the base, then build {BUILDS[0]}, from that repository on 127.0.0.1",
+            _served(root, f"{usage.BASE} --apt-from {APT_URL} && {usage.BUILD} {BUILDS[0]} --apt-from {APT_URL}"),
+        ),
         Step("containerd store: what it built", f"cp {_q(root / LEDGER)} {_q(root / CONTAINERD_LEDGER)}"),
         Step(
             "containerd store: registry",

@@ -58,22 +58,10 @@ def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() 
         f"127.0.0.1:{ci.REGISTRY_PORT}/{image}" for image in (ci.PYTORCH_IMAGE, ci.TENSORFLOW_IMAGE)
     ]
     assert min(verified) > push and all(f"--key /repo/{ci.SIGNING}/cosign.pub" in steps[i] for i in verified)
-    # The proof of reproducibility rebuilds the PyTorch cell cold and compares it with the image CI built first.
-    [repro] = [i for i, command in enumerate(steps) if "invoke repro " in command]
-    assert max(builds) < repro and "--against lab/pytorch-universal-dev:" in steps[repro]
-    assert steps[builds[0]].removeprefix("invoke build ") in steps[repro]
-    # ... and the base before it, both with their OS packages from the repository of the locked files alone, which
-    # apt-repo fills after the builds (from the live archive), served on 127.0.0.1 for that step only.
-    [filled] = [i for i, command in enumerate(steps) if command.startswith("invoke apt-repo --to ")]
-    assert max(builds) < filled < repro
-    url = f"http://127.0.0.1:{ci.APT_REPO_PORT}"
-    served = steps[repro]
-    assert "-m http.server --bind 127.0.0.1" in served and "trap 'kill $server' EXIT" in served
-    assert (
-        served.index(f"invoke base --apt-from {url} &&")
-        < served.index("invoke repro ")
-        < served.index(f"--apt-from {url}", served.index("invoke repro "))
-    )
+    # The proof of reproducibility: the classic store's cold build of the PyTorch cell must be the image the
+    # containerd store's leg built before it (its config digest, kept in that leg's ledger).
+    [same] = [i for i, command in enumerate(steps) if ".ci/same-image.py" in command]
+    assert builds[0] < same < push and steps[same].endswith(f"/repo/{ci.CONTAINERD_LEDGER} {ci.PYTORCH_IMAGE}")
     # Then the user's commands again as an unprivileged member of the docker group, after the push they compare with.
     [as_user] = [i for i, command in enumerate(steps) if ".ci/as-user.sh" in command]
     assert as_user > push and ci.PYTORCH_IMAGE in steps[as_user]
@@ -91,3 +79,24 @@ def test_ci_runs_the_readmes_test_command_after_its_set_up() -> None:
     setup = readme[readme.index("## Set up and run") : readme.index(f"    {command}")]
     assert "    python3 -m venv .venv && . .venv/bin/activate\n" in setup
     assert "pip install -e . &&" not in setup
+
+
+def test_the_containerd_leg_builds_from_the_locked_files_alone_then_pushes_verifies_and_smokes() -> None:
+    root, engine = Path("/repo"), Path("/engines/dlimages-ci-engine-y")
+    steps = [step.command for step in ci.containerd_leg(root, engine)]
+    assert steps[0] == "bash /repo/scripts/engine.sh --own /engines/dlimages-ci-engine-y --store containerd"
+    # The base and the cell from the repository of the locked .deb files alone, which apt-repo fills from the live
+    # archive, served on 127.0.0.1 for that step only.
+    [filled] = [i for i, command in enumerate(steps) if command.startswith("invoke apt-repo --to ")]
+    [served] = [i for i, command in enumerate(steps) if "-m http.server --bind 127.0.0.1" in command]
+    url = f"http://127.0.0.1:{ci.APT_REPO_PORT}"
+    step = steps[served]
+    assert filled < served and "trap 'kill $server' EXIT" in step
+    assert step.index(f"invoke base --apt-from {url} && ") < step.index(f"invoke build {ci.BUILDS[0]} --apt-from {url}")
+    # What it built is kept for the classic store's build to match; then a signed push, verify and smoke (77).
+    [kept] = [i for i, command in enumerate(steps) if command.endswith(f"/repo/{ci.CONTAINERD_LEDGER}")]
+    push = next(i for i, command in enumerate(steps) if "invoke push " in command)
+    image = f"127.0.0.1:{ci.CONTAINERD_REGISTRY_PORT}/{ci.PYTORCH_IMAGE}"
+    assert served < kept < push
+    assert steps[push + 1].startswith(f"invoke verify --image {image} ")
+    assert steps[push + 2].startswith(f"invoke smoke --image {image} ") and steps[push + 2].endswith("; test $? -eq 77")
