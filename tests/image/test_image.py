@@ -341,7 +341,9 @@ def test_no_pip_cache(container: Container) -> None:
 
 def test_no_installer_leftovers_and_nothing_world_writable_in_the_venv(container: Container) -> None:
     """uv (the locked steps' installer) leaves neither its cache nor the venv's lock file (world-writable) behind."""
-    cache = container.root.check_output("find /home/dev/.cache/uv /mnt/uv-cache -mindepth 1 2>/dev/null | head -5 || true")
+    cache = container.root.check_output(
+        "find /home/dev/.cache/uv /mnt/uv-cache -mindepth 1 2>/dev/null | head -5 || true"
+    )
     assert not cache, f"uv's cache left in the image:\n{cache}"
     assert not container.root.file("/opt/venv/.lock").exists, "uv's /opt/venv/.lock is in the image"
     writable = container.root.check_output("find /opt/venv -perm -0002 ! -type l | head -5")
