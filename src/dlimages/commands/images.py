@@ -21,7 +21,8 @@ from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.gpu import inimage
 from dlimages.model import tags as tag_rules
 from dlimages.publish import reportdiff
-from dlimages.publish.push import PushError, PushInterrupted, insecure_registry, push_image
+from dlimages.publish.daemonregistry import insecure_registry
+from dlimages.publish.push import PushError, PushInterrupted, push_image
 from dlimages.publish.pushplan import plan_push, retries_from_flag
 from dlimages.publish.report import build_report, image_manifest, report_target, stored_layers, write_report
 from dlimages.publish.signing import NO_VERIFY_SKIPS, Signing, SigningError, Trust, sign_pushed

@@ -8,7 +8,6 @@ its progress (progress.py) while it runs; interrupts.py handles signals and dead
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import signal
 import sys
@@ -30,6 +29,7 @@ from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.imagestore import CONTAINERD, config_digest, image_store
 from dlimages.core.runner import DEFAULT, NOT_FOUND, TIMED_OUT, Result, Runner
+from dlimages.publish.daemonregistry import registry_config
 from dlimages.publish.interrupts import PushSignals
 from dlimages.publish.pushplan import (
     MAX_RETRIES,
@@ -49,8 +49,6 @@ Sleep = Callable[[float], None]
 
 PUSH_TIMEOUT_S = 3600.0  # one try of a multi-GB image over a slow uplink; a hang beyond this counts as transient
 INSPECT_TIMEOUT_S = 30.0
-# dockerd's default insecure registries, when `docker info` cannot say which it uses.
-DEFAULT_REGISTRY_CONFIG: Mapping[str, Any] = {"InsecureRegistryCIDRs": ["127.0.0.0/8"], "IndexConfigs": {}}
 # An engine problem is neither the registry's fault nor worth retrying.
 _ENGINE = re.compile(r"cannot connect to the docker daemon|error during connect|docker daemon socket", re.I)
 _NO_SUCH_MANIFEST = re.compile(r"^no such manifest: ", re.M)  # `docker manifest inspect`: the tag is not there
@@ -251,7 +249,7 @@ class _Settings:
     def insecure(self, registry: str) -> bool:
         """Whether dockerd reaches `registry` without verified TLS (its RegistryConfig is read once, when needed)."""
         if self._registry_config is None:
-            self._registry_config = _registry_config(self.runner)
+            self._registry_config = registry_config(self.runner)
         return daemon_treats_as_insecure(registry, self._registry_config)
 
 
@@ -269,21 +267,6 @@ def _interrupted(
         ]
     lines.append(f"{done} {'push was' if done == 1 else 'pushes were'} finished and verified before that.")
     return PushInterrupted("\n".join(lines), name, results)
-
-
-def insecure_registry(registry: str, runner: Runner = DEFAULT) -> bool:
-    """Whether dockerd reaches `registry` without verified TLS (its insecure registries, 127.0.0.0/8 by default)."""
-    return daemon_treats_as_insecure(registry, _registry_config(runner))
-
-
-def _registry_config(runner: Runner) -> Mapping[str, Any]:
-    """dockerd's RegistryConfig (which registries it reaches without verified TLS), or its defaults."""
-    done = runner(["docker", "info", "--format", "{{json .RegistryConfig}}"], timeout=INSPECT_TIMEOUT_S)
-    try:
-        config = json.loads(done.out) if done.ok else None
-    except ValueError:
-        config = None
-    return config if isinstance(config, dict) else DEFAULT_REGISTRY_CONFIG
 
 
 def _local_ids(runner: Runner, refs: list[str]) -> dict[str, str]:
