@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from jinja2.utils import Namespace
 from support import require_engine
 
 from dlimages.build.basesource import BaseChoice
@@ -159,7 +160,8 @@ def _mirror_step(tmp_path: Path, slug: str, build_args: dict[str, str], show: st
     """Build the real mirror step of a real cell (templates/partials/mirrors.j2) on the offline base; return the
     build output and the file `show` in the result. Ubuntu's step runs on a copy of Ubuntu's own sources.list."""
     [real] = [c for c in Project(REPO).expansion.cells if c.slug == slug and c.framework == "pytorch"]
-    step = environment(REPO).get_template("partials/mirrors.j2").render(cell=real)
+    # The step counter Dockerfile.j2 keeps (a namespace): the mirror step is this Dockerfile's first RUN.
+    step = environment(REPO).get_template("partials/mirrors.j2").render(cell=real, step=Namespace(number=0))
     ubuntu = "COPY ubuntu.list /etc/apt/sources.list\n" if real.os_family == "ubuntu" else ""
     (tmp_path / "ubuntu.list").write_text(UBUNTU_SOURCES, encoding="utf-8")
     (tmp_path / "assets").mkdir()  # every step ends with dl-normalize, bind-mounted from the context's assets/
