@@ -87,6 +87,8 @@ def target(plan: BuildPlan, *, tags: bool = True) -> Target:
             attest.append(_ATTESTATIONS[flag])
         elif flag == "--load":
             output.append("type=docker")
+        elif flag.startswith("--output="):
+            output.append(flag.removeprefix("--output="))
         elif not _RUN_FLAGS.fullmatch(flag):
             raise ValueError(f"the bake file has no equivalent for {flag!r} in {plan.cell.slug}'s build")
         i += 1

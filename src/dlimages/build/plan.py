@@ -15,6 +15,7 @@ from dlimages.build.basesource import BaseChoice, BaseSource, choose, choose_all
 from dlimages.build.mirrors import MirrorArgs, resolve
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
+from dlimages.core.imagestore import EXPORT
 from dlimages.core.runner import Runner
 from dlimages.generate import aptlock
 from dlimages.generate.baselock import LOCK_FILE as BASES_LOCK_FILE
@@ -184,7 +185,7 @@ def plan_build(
         "REVISION": revision,
         **mirror.build_args(),
     }
-    argv = ["docker", "buildx", "build", f"--progress={progress}", "--load", "--provenance=false", "--sbom=false"]
+    argv = ["docker", "buildx", "build", f"--progress={progress}", EXPORT, "--provenance=false", "--sbom=false"]
     argv += ["--file", cell.dockerfile]
     for name, value in args.items():
         argv += ["--build-arg", f"{name}={value}"]

@@ -157,8 +157,10 @@ def _key(folder: Path) -> str:
 def containerd_leg(root: Path, engine: Path) -> list[Step]:
     """The PyTorch cell on the containerd image store (the default of Docker 29+), on an engine of its own: the base
     and a cold build, tagged, their OS packages from the repository of the locked files alone; a signed push to a
-    registry of its own, verified; smoke (exit 77 without a GPU). Its ledger is kept beside the classic store's
-    (CONTAINERD_LEDGER), with the config digest that store built, for the classic store's build to match."""
+    registry of its own, verified; then the docker-group user's commands on that store (.ci/as-user.sh: a cache-warm
+    build giving root's image, push, a zstd push, the image tests, smoke (exit 77 without a GPU) of the verified
+    digest, doctor, disk). Its ledger is kept beside the classic store's (CONTAINERD_LEDGER), with the config digest
+    that store built, for the classic store's build to match."""
     registry = f"127.0.0.1:{CONTAINERD_REGISTRY_PORT}"
     keys = root / CONTAINERD_SIGNING
     key = f"--key {_q(keys / 'cosign.pub')}"
@@ -184,7 +186,14 @@ def containerd_leg(root: Path, engine: Path) -> list[Step]:
             f"--sign-key {_q(keys / 'cosign.key')}",
         ),
         Step("containerd store: verify", f"{usage.VERIFY} --image {image} {key}"),
-        Step("containerd store: smoke (77: no GPU)", f"{usage.SMOKE} --image {image} {key}; test $? -eq 77"),
+        Step(
+            "containerd store: as an unprivileged user",
+            _served(
+                root,
+                f"bash {_q(root / '.ci/as-user.sh')} {registry} {PYTORCH_IMAGE} {_q(keys / 'cosign.pub')} "
+                f"{BUILDS[0]} --apt-from {APT_URL}",
+            ),
+        ),
     ]
 
 

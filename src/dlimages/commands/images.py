@@ -16,6 +16,7 @@ from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
 from dlimages.core.engines import Need
 from dlimages.core.errors import InputError, Problem
+from dlimages.core.imagestore import CONTAINERD, image_store
 from dlimages.core.references import names_registry
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.gpu import inimage
@@ -82,7 +83,10 @@ def push(
     refs = list(names)
     plan_push(refs, list(registry), names)  # every bad ref or registry is exit 2 before anything starts
     engine(root, no_engine_setup, need=Need.DOCKER)
-    archives = Archives(root) if compression == "zstd" else None
+    # The containerd store keeps the layers as built, uncompressed (build/plan.py: EXPORT), and `docker push` sends
+    # them as stored: there the gzip push, like the zstd one, compresses them as the engine saves the image.
+    layouts = compression == "zstd" or image_store(RUNNER) == CONTAINERD
+    archives = Archives(root, compression=compression) if layouts else None
     try:
         results = push_image(
             refs,

@@ -43,7 +43,7 @@ from dlimages.publish.pushplan import (
     parse_remote_tag,
     plan_push,
 )
-from dlimages.publish.zstdpush import ZSTD_LEVEL, Archives, push_zstd
+from dlimages.publish.zstdpush import Archives, push_zstd
 
 Sleep = Callable[[float], None]
 
@@ -128,8 +128,8 @@ def push_image(
     Each `docker push` shows its progress on `out` (stdout when None): layers done of all, their uncompressed
     bytes, elapsed time; one line rewritten in place on a terminal, else a line per finished layer and at least
     one every 30 s. Each try of a push is stopped after `timeout` seconds (a hang is a transient failure).
-    With `archives`, layers go compressed with zstd instead (zstdpush.py: compressed as `docker save` streams them,
-    then copied by skopeo).
+    With `archives`, layers go compressed as it says (zstd; gzip from the containerd store) as `docker save`
+    streams them, then copied by skopeo (zstdpush.py).
 
     Returns the results when every push was verified; otherwise raises PushError whose message names each
     failure and what to do, with all results attached. Raises InputError for bad refs or registries, or
@@ -187,7 +187,7 @@ class _Settings:
     out: TextIO
     _registry_config: Mapping[str, Any] | None = None
     _layers: dict[str, tuple[Layer, ...]] = field(default_factory=dict)  # image ID -> its layers
-    archives: Archives | None = None  # zstd: the compressed layouts skopeo pushes from
+    archives: Archives | None = None  # zstd, or the containerd store: the compressed layouts skopeo pushes from
     store: str = ""  # the engine's image store (core.imagestore), read once, when needed
     _configs: dict[str, str | None] = field(default_factory=dict)  # local ID -> config digest
 
@@ -224,13 +224,14 @@ class _Settings:
         skopeo's zstd copy of the saved image instead."""
         if self.archives is not None:
             if local_id not in self.archives.made:
-                self.out.write(f"zstd level {ZSTD_LEVEL}: compressing {target.ref}'s layers as the engine saves it\n")
+                kind = f"{self.archives.compression} level {self.archives.level}"
+                self.out.write(f"{kind}: compressing {target.ref}'s layers as the engine saves it\n")
                 self.out.flush()
             archive, failed = self.archives.archive(target.ref, local_id)
             if archive is None:
                 assert failed is not None
                 return _Outcome(failed, 1, "other")
-            self.out.write(f"push {target.ref} -> {target.registry}: its zstd layers as they are (skopeo)\n")
+            self.out.write(f"push {target.ref} -> {target.registry}: its {self.archives.compression} layers (skopeo)\n")
             insecure = self.insecure(target.registry)
 
             def once(_attempt: int) -> Result:

@@ -1,4 +1,5 @@
-"""`invoke push --compression zstd`: layers compressed with zstd at a fixed level instead of `docker push`'s gzip.
+"""`invoke push --compression zstd`: layers compressed with zstd at a fixed level instead of `docker push`'s gzip;
+and every push from the containerd store, gzip too.
 
 The engine's own push knows only gzip, and BuildKit's exporter on the `docker` driver ignores `compression=zstd`
 (measured: the registry got gzip layers). So the image is streamed out of the engine once (`docker save`, read as
@@ -16,9 +17,12 @@ The same image gives the same bytes, so the same manifest digest, push after pus
 fixed, the zstd library is the pinned `zstandard` wheel's, and zstd's multi-threaded output does not depend on the
 number of threads (unit-tested). The OCI layout in `docker save`'s output needs Docker 25 or later.
 
-On the containerd image store (the default of Docker 29+) `docker save` writes the layers as the store holds them,
-gzip-compressed: each is decompressed as it passes (recognised by gzip's magic bytes, as the blobs come before the
-manifest that names their media type), and the decompressed bytes must be the config's diff_id for that layer.
+On the containerd image store (the default of Docker 29+) `docker save` writes the layers as the store holds them:
+uncompressed as `invoke build` stores them (core.imagestore.EXPORT), gzip-compressed when pulled or built otherwise.
+A gzip layer is decompressed as it passes (recognised by gzip's magic bytes, as the blobs come before the manifest
+that names their media type), and the decompressed bytes must be the config's diff_id for that layer. As `docker
+push` sends the layers as stored there, every push from that store goes this way, gzip ones too (pgzip.py, at
+GZIP_LEVEL).
 """
 
 from __future__ import annotations
@@ -35,26 +39,38 @@ import urllib.parse
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import zstandard
 
 from dlimages.core.runner import Result, Runner, byte_stream
+from dlimages.publish.pgzip import ParallelGzip
 
 COMPRESSIONS = ("gzip", "zstd")
 OLD_SAVE = "--compression zstd needs Docker 25.0 or later to push from: its `docker save` writes an OCI layout"
 ZSTD_LEVEL = 3  # fixed: another level gives other bytes, so another digest
+GZIP_LEVEL = 6  # what `docker push` uses (Go's default)
+LEVELS = {"zstd": ZSTD_LEVEL, "gzip": GZIP_LEVEL}
 SAVE_TIMEOUT_S = 3600.0
 CHUNK = 1 << 20
 SMALL = 1 << 22  # blobs up to this size are also kept as they are: the index, manifests and configs are among them
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
+GZIP_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 LAYER_TYPES = ("application/vnd.oci.image.layer.v1.tar", "application/vnd.docker.image.rootfs.diff.tar")
 GZIP_LAYER_TYPES = ("application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.docker.image.rootfs.diff.tar.gzip")
 _GZIP_MAGIC = b"\x1f\x8b"
 
 # `docker save REF` as a readable stream of its tar, and a function that waits for it and returns how it ended.
 Saver = Callable[[str], tuple[IO[bytes], Callable[[], Result]]]
+
+
+class _Stream(Protocol):
+    """A compressor as zlib's and zstandard's compress objects are."""
+
+    def compress(self, data: bytes | memoryview, /) -> bytes: ...
+
+    def flush(self) -> bytes: ...
 
 
 class LayoutError(Exception):
@@ -124,10 +140,11 @@ def _api_save(path: str, ref: str) -> tuple[IO[bytes], Callable[[], Result]]:
 
 
 class Archives:
-    """The zstd OCI layout of each local image, made once and shared by every registry it goes to; deleted with the
-    folder on `close`."""
+    """The OCI layout of each local image, its layers compressed with `compression`, made once and shared by every
+    registry it goes to; deleted with the folder on `close`."""
 
-    def __init__(self, root: Path, save: Saver = docker_save) -> None:
+    def __init__(self, root: Path, save: Saver = docker_save, compression: str = "zstd") -> None:
+        self.compression, self.level = compression, LEVELS[compression]
         (root / ".work").mkdir(exist_ok=True)
         self.folder = Path(tempfile.mkdtemp(prefix="push-", dir=root / ".work"))
         self.made: dict[str, Path] = {}
@@ -141,7 +158,7 @@ class Archives:
             stream, finish = self.save(ref)
             error = ""
             try:
-                self.configs[local_id] = write_layout(stream, layout)["config"]["digest"]
+                self.configs[local_id] = write_layout(stream, layout, self.compression)["config"]["digest"]
             except (LayoutError, OSError, ValueError) as problem:
                 error = str(problem)
             finally:
@@ -247,13 +264,18 @@ def _pax(record: bytes) -> dict[str, str]:
     return found
 
 
-def write_layout(stream: IO[bytes], layout: Path) -> dict[str, Any]:
+def write_layout(stream: IO[bytes], layout: Path, compression: str = "zstd") -> dict[str, Any]:
     """Read `docker save`'s tar from `stream` and write `layout`: an OCI layout of its one image with every layer
-    compressed by zstd (ZSTD_LEVEL), the config as it was. Returns the new manifest. Raises LayoutError when a
-    layer's bytes are not its digest or the tar is not an OCI layout of one image."""
+    compressed by zstd (ZSTD_LEVEL) or gzip (GZIP_LEVEL, pgzip.py), the config as it was. Returns the new manifest.
+    Raises LayoutError when a layer's bytes are not its digest or the tar is not an OCI layout of one image."""
     blobs = layout / "blobs" / "sha256"
     blobs.mkdir(parents=True)
-    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=max(1, os.cpu_count() or 1))
+    threads = max(1, os.cpu_count() or 1)
+    if compression == "zstd":
+        compressor: Callable[[], _Stream] = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=threads).compressobj
+    else:
+        compressor = lambda: ParallelGzip(GZIP_LEVEL, threads)  # noqa: E731
+    media_type = ZSTD_LAYER if compression == "zstd" else GZIP_LAYER
     small: dict[str, bytes] = {}  # digest -> bytes, for the blobs up to SMALL and index.json
     compressed: dict[str, tuple[str, int, str]] = {}  # saved blob's digest -> (zstd digest, size, diff_id)
     archive = _Tar(stream)
@@ -282,7 +304,7 @@ def write_layout(stream: IO[bytes], layout: Path) -> dict[str, Any]:
         digest, size, diff_id = compressed[layer["digest"]]
         if number >= len(diff_ids) or diff_ids[number] != diff_id:
             raise LayoutError(f"layer {layer['digest']} holds {diff_id}, which is not the config's layer {number}")
-        layers.append({**layer, "mediaType": ZSTD_LAYER, "digest": digest, "size": size})
+        layers.append({**layer, "mediaType": media_type, "digest": digest, "size": size})
     kept = {layer["digest"] for layer in layers}
     for zdigest, _, _ in compressed.values():  # the index, manifests and config go as docker saved them
         if zdigest not in kept:
@@ -308,16 +330,16 @@ def _compress(
     source: Iterator[memoryview],
     digest: str,
     blobs: Path,
-    compressor: zstandard.ZstdCompressor,
+    compressor: Callable[[], _Stream],
     small: dict[str, bytes],
     size: int,
 ) -> tuple[str, int, str]:
-    """One blob through zstd into `blobs`, hashed as saved, as a tar and as compressed: (zstd digest, size, the
-    tar's digest). A gzip blob (the containerd store's layers) is decompressed first; every blob is kept as it is in
-    `small` too if it is small."""
+    """One blob through the compressor into `blobs`, hashed as saved, as a tar and as compressed: (compressed digest,
+    size, the tar's digest). A gzip blob (a layer the containerd store keeps compressed) is decompressed first; every
+    blob is kept as it is in `small` too if it is small."""
     saved, plain, packed = hashlib.sha256(), hashlib.sha256(), hashlib.sha256()
     kept = bytearray() if size <= SMALL else None
-    stream = compressor.compressobj()
+    stream = compressor()
     gunzip: Any = None  # zlib's decompressor, once the blob's first bytes say gzip
     with tempfile.NamedTemporaryFile(dir=blobs, prefix=".part-", delete=False) as target:
         part = Path(target.name)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dlimages.core.errors import InputError, Problem
-from dlimages.core.imagestore import CONTAINERD, Built, config_digest, image_store
+from dlimages.core.imagestore import CONTAINERD, EXPORT, Built, config_digest, image_store
 from dlimages.core.references import image_problems
 from dlimages.core.runner import Runner
 from dlimages.repro.comparison import ImageComparison
@@ -90,7 +90,7 @@ def dockerfile_build(dockerfile: Path, context: Path, epoch: int) -> list[str]:
     """The build `invoke repro --dockerfile` checks: any Dockerfile, with the same reproducibility settings as a
     cell's build (SOURCE_DATE_EPOCH, no attestations)."""
     return [
-        "docker", "buildx", "build", "--progress=plain", "--load", "--provenance=false", "--sbom=false",
+        "docker", "buildx", "build", "--progress=plain", EXPORT, "--provenance=false", "--sbom=false",
         "--file", str(dockerfile), "--build-arg", f"SOURCE_DATE_EPOCH={epoch}", str(context),
     ]  # fmt: skip
 

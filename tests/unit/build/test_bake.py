@@ -82,7 +82,7 @@ def test_context_dockerfile_output_and_no_attestations(plans: list[BuildPlan]) -
     body = targets(bake_document(plans))[target_name(plans[0])]
     assert body["context"] == "images"
     assert body["dockerfile"] == f"pytorch/{TORCH}/Dockerfile"  # bake reads it relative to the context
-    assert body["output"] == ["type=docker"]  # --load
+    assert body["output"] == ["type=docker,compression=uncompressed,force-compression=true"]  # EXPORT
     assert body["attest"] == ["type=provenance,disabled=true", "type=sbom,disabled=true"]
 
 

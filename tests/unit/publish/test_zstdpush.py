@@ -21,6 +21,7 @@ from dlimages.core.runner import Result, Runner, byte_stream
 from dlimages.publish.push import PushError, push_image
 from dlimages.publish.zstdpush import (
     CHUNK,
+    GZIP_LAYER,
     OLD_SAVE,
     ZSTD_LAYER,
     ZSTD_LEVEL,
@@ -114,6 +115,18 @@ def test_gzip_layers_of_the_containerd_store_give_the_layout_the_classic_store_g
     write_layout(io.BytesIO(saved(LAYERS, gzipped=True)[0]), tmp_path / "containerd")
     classic, containerd = layout_files(tmp_path / "classic"), layout_files(tmp_path / "containerd")
     assert classic == containerd  # the same config, the same zstd layers: the same manifest digest in the registry
+
+
+def test_the_gzip_layout_has_gzip_layers_the_same_from_either_store(tmp_path: Path) -> None:
+    """The gzip push from the containerd store (which keeps its layers uncompressed, or gzip when pulled)."""
+    manifest = write_layout(io.BytesIO(saved(LAYERS)[0]), tmp_path / "classic", "gzip")
+    write_layout(io.BytesIO(saved(LAYERS, gzipped=True)[0]), tmp_path / "containerd", "gzip")
+    assert layout_files(tmp_path / "classic") == layout_files(tmp_path / "containerd")
+    assert [layer["mediaType"] for layer in manifest["layers"]] == [GZIP_LAYER, GZIP_LAYER]
+    blobs = tmp_path / "classic" / "blobs" / "sha256"
+    for layer, plain in zip(manifest["layers"], LAYERS, strict=True):
+        packed = (blobs / layer["digest"][7:]).read_bytes()
+        assert sha(packed) == layer["digest"] and gzip.decompress(packed) == plain
 
 
 def test_a_gzip_layer_that_is_not_the_configs_layer_is_refused(tmp_path: Path) -> None:
