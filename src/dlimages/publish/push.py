@@ -206,6 +206,13 @@ class _Settings:
             self._configs[local_id] = kept or config_digest(ref, self.runner, CONTAINERD)
         return self._configs[local_id]
 
+    def pulled_copy(self, other: str, ref: str, local_id: str) -> bool:
+        """Whether the local image `other` names is `ref`'s image as a registry gave it back (`invoke verify` pulls
+        the tag): on the containerd store another manifest, its layers compressed, of the same config."""
+        if self.image_store() != CONTAINERD:
+            return False
+        return config_digest(other, self.runner, CONTAINERD) == self.config_of(ref, local_id)
+
     def remote_config(self, registry: str, pinned: str) -> str | None:
         """The config digest of the image a registry serves under `pinned` (REPOSITORY@sha256:...)."""
         insecure = ["--insecure"] if self.insecure(registry) else []
@@ -294,7 +301,7 @@ def _push_one(
     runner, ref, remote, result = settings.runner, target.ref, target.remote_ref, target.result
 
     existing = runner.image_id(remote)
-    if existing is not None and existing != local_id:
+    if existing is not None and existing != local_id and not settings.pulled_copy(remote, ref, local_id):
         return result(f"{remote} already tags another local image ({existing[:19]}); remove that tag first"), False
     if immutable:
         refused, give_up, attempts = _immutable_tag_problem(target, local_id, settings)
