@@ -3,6 +3,7 @@ checks) and ci (end to end, on an engine of its own)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -83,6 +84,8 @@ def ci(root: Path, shell: Context) -> None:
     finally:
         for step in ci_plan.cleanup(root, own):
             shell.run(step.command, warn=True, hide=True)
+        with contextlib.suppress(OSError):
+            own.rmdir()  # still empty where the run stopped before its engine started (--stop-own takes a used one)
         shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -20,7 +20,11 @@ _HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
 
 def _deflate(data: bytes, primer: bytes, level: int, last: bool) -> bytes:
-    stream = zlib.compressobj(level, zlib.DEFLATED, -15, zdict=primer) if primer else zlib.compressobj(level, zlib.DEFLATED, -15)
+    stream = (
+        zlib.compressobj(level, zlib.DEFLATED, -15, zdict=primer)
+        if primer
+        else zlib.compressobj(level, zlib.DEFLATED, -15)
+    )
     return stream.compress(data) + stream.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
 
 

@@ -315,7 +315,11 @@ def test_existing_remote_tag_is_reused_not_removed_and_another_image_is_refused(
     docker = FakeDocker({REF: LOCAL_ID, REMOTE: OTHER_ID})
     error, _ = push_failing(docker)
     assert "already tags another local image" in str(error)
-    assert docker.verbs() == ["image inspect", "image inspect", "info --format"]  # looked (the store too), touched nothing
+    assert docker.verbs() == [
+        "image inspect",
+        "image inspect",
+        "info --format",
+    ]  # looked (the store too), touched nothing
     assert docker.tags[REMOTE] == OTHER_ID
 
 
