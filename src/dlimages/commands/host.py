@@ -76,6 +76,8 @@ def ci(root: Path, shell: Context) -> None:
         finally:
             for step in ci_plan.cleanup(root, containerd, ci_plan.CONTAINERD_REGISTRY_NAME):
                 shell.run(step.command, warn=True, hide=True)
+            with contextlib.suppress(OSError):
+                containerd.rmdir()
         os.environ["DOCKER_HOST"] = f"unix://{own}/docker.sock"  # every step below, and the image tests
         run(ci_plan.end_to_end(root, own))
         say("\n" + "\n".join(f"{name:>50}: {seconds:7.1f} s" for name, seconds in timings))
