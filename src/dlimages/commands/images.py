@@ -4,6 +4,7 @@ bench), push them with their build report (push), compare two sets of build repo
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from dlimages.publish.signing import NO_VERIFY_SKIPS, Signing, SigningError, Tru
 from dlimages.publish.signing import verify as verify_image
 from dlimages.publish.zstdpush import COMPRESSIONS, Archives
 
+SKOPEO = "`sudo apt-get install skopeo` (Debian 11+, Ubuntu 20.10+), nothing was pushed"
 NOTHING_BUILT = f"no image given and no successful `{usage.BUILD}` recorded"
 TEST_TOOLS = ("pytest", "testinfra", "selenium")  # pyproject.toml's `test` extra, by import name
 
@@ -86,6 +88,9 @@ def push(
     # The containerd store keeps the layers as built, uncompressed (build/plan.py: EXPORT), and `docker push` sends
     # them as stored: there the gzip push, like the zstd one, compresses them as the engine saves the image.
     layouts = compression == "zstd" or image_store(RUNNER) == CONTAINERD
+    if layouts and shutil.which("skopeo") is None:
+        why = "--compression zstd" if compression == "zstd" else "a push from the containerd image store"
+        raise Failed(f"error: {why} copies the compressed layers with skopeo, not installed here: {SKOPEO}", code=2)
     archives = Archives(root, compression=compression) if layouts else None
     try:
         results = push_image(

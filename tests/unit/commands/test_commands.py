@@ -95,6 +95,26 @@ def test_test_without_the_test_tools_names_the_extra_and_runs_nothing(monkeypatc
     assert "pytest," not in raised.value.message  # only what is missing
 
 
+@pytest.mark.parametrize(
+    ("compression", "store", "says"),
+    [("zstd", "overlay2", "--compression zstd"), ("gzip", "containerd", "a push from the containerd image store")],
+)
+def test_a_push_that_needs_skopeo_says_so_before_anything_is_pushed(
+    monkeypatch: pytest.MonkeyPatch, compression: str, store: str, says: str
+) -> None:
+    from dlimages.commands import images
+    from dlimages.commands.session import Failed
+
+    monkeypatch.setattr(images, "engine", lambda *_args, **_kw: None)
+    monkeypatch.setattr(images, "image_store", lambda _runner: store)
+    monkeypatch.setattr(images.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(images, "push_image", lambda *_a, **_kw: pytest.fail("pushed without skopeo"))
+    with pytest.raises(Failed) as raised:
+        images.push(REPO, registry=["127.0.0.1:5000"], image=["lab/x:v1"], compression=compression, no_sign=True)
+    assert raised.value.code == 2
+    assert raised.value.message.startswith(f"error: {says} copies the compressed layers with skopeo, not installed")
+
+
 def test_the_test_tools_are_the_test_extra_and_not_the_main_install() -> None:
     import tomllib
 
