@@ -85,7 +85,7 @@ def push(
     refs = list(names)
     plan_push(refs, list(registry), names)  # every bad ref or registry is exit 2 before anything starts
     engine(root, no_engine_setup, need=Need.DOCKER)
-    # The containerd store keeps the layers as built, uncompressed (build/plan.py: EXPORT), and `docker push` sends
+    # The containerd store keeps the layers as built, uncompressed (core.imagestore.EXPORT), and `docker push` sends
     # them as stored: there the gzip push, like the zstd one, compresses them as the engine saves the image.
     layouts = compression == "zstd" or image_store(RUNNER) == CONTAINERD
     if layouts and shutil.which("skopeo") is None:
