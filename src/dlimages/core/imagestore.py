@@ -71,13 +71,16 @@ class Built:
             return None
 
 
-def config_digest(ref: str, runner: Runner, store: str) -> str | None:
+def config_digest(ref: str, runner: Runner, store: str, built: Built | None = None) -> str | None:
     """The config digest of the local image `ref` (None when there is none): its image ID on the classic store; on
-    the containerd store, what its manifest names, read from `docker save` (the engine's API of Docker 26 says no
-    more; the stream is read to its end, a few seconds a gigabyte)."""
+    the containerd store, what its manifest names: `built`'s config when the engine knows `ref` by `built`'s manifest
+    (one manifest names one config), else read from `docker save` (the engine's API of Docker 26 says no more; the
+    stream is read to its end, a few seconds a gigabyte)."""
     local = runner.image_id(ref)
     if local is None or store != CONTAINERD:
         return local
+    if built is not None and built.manifest == local:
+        return built.config
     stream, finish = byte_stream(["docker", "save", ref], SAVE_TIMEOUT_S)
     manifest = None
     try:

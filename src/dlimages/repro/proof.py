@@ -148,8 +148,9 @@ def against_problems(against: str | None, runner: Runner) -> list[Problem]:
     return [Problem(f"--against {against!r}", "is no local image and pins no digest to pull", AGAINST_ALLOWED)]
 
 
-def given_image(against: str, runner: Runner, store: str) -> tuple[Built | None, str]:
-    """The image `against` names (pulled by its digest when the engine lacks it), or None and why not."""
+def given_image(against: str, runner: Runner) -> tuple[str | None, str]:
+    """The local ID of the image `against` names (pulled by its digest when the engine lacks it), or None and why
+    not."""
     known = runner.image_id(against)
     if known is None and digest(against):
         pulled = runner.docker("pull", against, timeout=PULL_TIMEOUT_S)
@@ -162,10 +163,7 @@ def given_image(against: str, runner: Runner, store: str) -> tuple[Built | None,
             return None, f"pulled {against}, but the engine does not know it by that reference"
     if known is None:
         return None, f"no local image {against!r} to compare with"
-    config = config_digest(against, runner, store)
-    if config is None:
-        return None, f"could not read the config digest of {against}"
-    return Built(config, known if store == CONTAINERD else None), ""
+    return known, ""
 
 
 def build_cold(
@@ -212,19 +210,26 @@ def reproduce(
     seconds: list[float] = []
     images: list[Built] = []
     store = image_store(runner)
+    given_id = None
     if against is not None:
-        given, problem = given_image(against, runner, store)
-        if given is None:
+        given_id, problem = given_image(against, runner)
+        if given_id is None:
             return Outcome(name, None, None, problem=problem, against=against)
-        images.append(given)
-    while len(images) < 2:
+    while len(images) < (1 if against is not None else 2):
         metadata = workdir / f"repro-{len(images) + 1}.json"
         image, took, problem = build_cold(build, metadata, root, runner, on_line)
         seconds.append(took)
         if image is None:
-            done = _pad([built.config for built in images])
+            done = (given_id, None) if against is not None else _pad([built.config for built in images])
             return Outcome(name, *done, problem=problem, seconds=tuple(seconds), dirty=dirty, against=against)
         images.append(image)
+    if against is not None:
+        # Read after the build: a cold build stored as the given image was is known by the same manifest.
+        config = config_digest(against, runner, store, built=images[0])
+        if config is None:
+            problem = f"could not read the config digest of {against}"
+            return Outcome(name, None, images[0].config, problem=problem, seconds=tuple(seconds), against=against)
+        images.insert(0, Built(config, given_id if store == CONTAINERD else None))
     first, second = images
     compare = compare or (lambda a, b: compare_images(a, b, runner=runner))
     try:
