@@ -21,7 +21,7 @@ CONTAINERD = "containerd"
 # Where a build goes: the engine's image store, as `--load` would, but with the layers kept uncompressed. The classic
 # store ignores the setting (it keeps layers uncompressed and compresses them when pushing); the containerd store
 # otherwise gzips every layer during the build, then unpacks them again. Measured on the PyTorch CI cell, 2 cores
-# (docs/notes/measurements.md): its cold build took 1.55x the classic store's time this way, 3.0x with `--load`.
+# (docs/notes/measurements.md): its cold build took 1.6-2.1x the classic store's time this way, 2.7x with `--load`.
 # So there a push compresses, as on the classic store (publish/zstdpush.py).
 EXPORT = "--output=type=docker,compression=uncompressed,force-compression=true"
 # `docker info`'s DriverStatus on the containerd store: [["driver-type", "io.containerd.snapshotter.v1"]]
