@@ -23,11 +23,12 @@ class Entry:
     cell: str  # the cell's slug, e.g. cuda12.1-torch2.1.2-py3.11-runtime
     refs: tuple[str, ...]
     ok: bool
-    image_id: str | None = None
+    image_id: str | None = None  # the config digest
+    local_id: str | None = None  # what the engine names it (the manifest digest on the containerd store)
 
     @classmethod
     def of(cls, result: BuildResult) -> Entry:
-        return cls(result.cell.slug, result.cell.refs, result.ok, result.image_id)
+        return cls(result.cell.slug, result.cell.refs, result.ok, result.image_id, result.local_id)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,11 @@ class Ledger:
         Push may replace what a registry has under them; every other tag is immutable there."""
         return {ref for entry in self.entries() for ref in entry.refs[1:]}
 
+    def configs(self) -> dict[str, str]:
+        """The config digest of each image the engine named when it was built: a manifest names one config, so the
+        containerd store's images need no `docker save` to tell it (core.imagestore.config_digest)."""
+        return {e.local_id: e.image_id for e in self.entries() if e.ok and e.local_id and e.image_id}
+
     def cells_by_ref(self) -> dict[str, str]:
         """Which cell each recorded ref belongs to (its latest successful build)."""
         return {ref: entry.cell for entry in self.entries() if entry.ok for ref in entry.refs}
@@ -75,4 +81,4 @@ def _entry(item: Any) -> Entry:
     refs = item["refs"]
     if not isinstance(item["cell"], str) or not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
         raise ValueError(f"unexpected entry {item!r:.80}")
-    return Entry(item["cell"], tuple(refs), bool(item["ok"]), item.get("image_id"))
+    return Entry(item["cell"], tuple(refs), bool(item["ok"]), item.get("image_id"), item.get("local_id"))

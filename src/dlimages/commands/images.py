@@ -101,6 +101,7 @@ def push(
             force_overwrite=force_overwrite,
             names=names,
             archives=archives,
+            configs=ledger.configs(),
         )
         manifests = {ref: image_manifest(ref) for ref in dict.fromkeys(r.ref for r in results)}
     except PushInterrupted as stopped:

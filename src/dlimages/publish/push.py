@@ -111,6 +111,7 @@ def push_image(
     names: Mapping[str, str] | None = None,
     out: TextIO | None = None,
     archives: Archives | None = None,
+    configs: Mapping[str, str] | None = None,
 ) -> list[PushResult]:
     """Push every local ref to every registry and prove each push by pulling its digest back.
 
@@ -129,7 +130,8 @@ def push_image(
     bytes, elapsed time; one line rewritten in place on a terminal, else a line per finished layer and at least
     one every 30 s. Each try of a push is stopped after `timeout` seconds (a hang is a transient failure).
     With `archives`, layers go compressed as it says (zstd; gzip from the containerd store) as `docker save`
-    streams them, then copied by skopeo (zstdpush.py).
+    streams them, then copied by skopeo (zstdpush.py). `configs`: the config digest of local images by their ID, as
+    their builds recorded it (build.ledger), else `docker save` tells it on the containerd store.
 
     Returns the results when every push was verified; otherwise raises PushError whose message names each
     failure and what to do, with all results attached. Raises InputError for bad refs or registries, or
@@ -145,7 +147,7 @@ def push_image(
     targets = plan_push(refs, registries, names)
     signals = PushSignals()
     settings = _Settings(runner, sleep, retries, backoff, timeout, signals, sys.stdout if out is None else out)
-    settings.archives = archives
+    settings.archives, settings.configs = archives, dict(configs or {})
     results: list[PushResult] = []
     with signals.installed():
         try:
@@ -189,7 +191,7 @@ class _Settings:
     _layers: dict[str, tuple[Layer, ...]] = field(default_factory=dict)  # image ID -> its layers
     archives: Archives | None = None  # zstd, or the containerd store: the compressed layouts skopeo pushes from
     store: str = ""  # the engine's image store (core.imagestore), read once, when needed
-    _configs: dict[str, str | None] = field(default_factory=dict)  # local ID -> config digest
+    configs: dict[str, str | None] = field(default_factory=dict)  # local ID -> config digest
 
     def image_store(self) -> str:
         if not self.store:
@@ -198,20 +200,24 @@ class _Settings:
 
     def config_of(self, ref: str, local_id: str) -> str | None:
         """The config digest of the local image: its ID on the classic store; on the containerd store what its
-        zstd layout kept, else what `docker save` says (once per image)."""
+        layout kept, else what its build recorded, else what `docker save` says (once per image)."""
         if self.image_store() != CONTAINERD:
             return local_id
-        if local_id not in self._configs:
-            kept = self.archives.configs.get(local_id) if self.archives is not None else None
-            self._configs[local_id] = kept or config_digest(ref, self.runner, CONTAINERD)
-        return self._configs[local_id]
+        if kept := self.archives.configs.get(local_id) if self.archives is not None else None:
+            return kept
+        if local_id not in self.configs:
+            self.configs[local_id] = config_digest(ref, self.runner, CONTAINERD)
+        return self.configs[local_id]
 
-    def pulled_copy(self, other: str, ref: str, local_id: str) -> bool:
-        """Whether the local image `other` names is `ref`'s image as a registry gave it back (`invoke verify` pulls
-        the tag): on the containerd store another manifest, its layers compressed, of the same config."""
+    def pulled_copy(self, target: PushTarget, other: str, local_id: str) -> bool:
+        """Whether the local image `other` (an ID) under the registry's name is the image as the registry gave it
+        back (`invoke verify` pulls the tag): on the containerd store another manifest, its layers compressed, of
+        the same config. The registry says which config that manifest names, else `docker save` does."""
         if self.image_store() != CONTAINERD:
             return False
-        return config_digest(other, self.runner, CONTAINERD) == self.config_of(ref, local_id)
+        config = self.remote_config(target.registry, f"{target.repository}@{other}")
+        config = config or config_digest(target.remote_ref, self.runner, CONTAINERD)
+        return config == self.config_of(target.ref, local_id)
 
     def remote_config(self, registry: str, pinned: str) -> str | None:
         """The config digest of the image a registry serves under `pinned` (REPOSITORY@sha256:...)."""
@@ -301,7 +307,7 @@ def _push_one(
     runner, ref, remote, result = settings.runner, target.ref, target.remote_ref, target.result
 
     existing = runner.image_id(remote)
-    if existing is not None and existing != local_id and not settings.pulled_copy(remote, ref, local_id):
+    if existing is not None and existing != local_id and not settings.pulled_copy(target, existing, local_id):
         return result(f"{remote} already tags another local image ({existing[:19]}); remove that tag first"), False
     if immutable:
         refused, give_up, attempts = _immutable_tag_problem(target, local_id, settings)

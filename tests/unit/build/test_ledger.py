@@ -43,6 +43,22 @@ def test_records_cells_and_reads_back_refs_of_successful_builds(expansion: Expan
     ]
 
 
+def test_the_config_digest_of_each_built_image_by_the_name_its_engine_gave_it(
+    expansion: Expansion, tmp_path: Path
+) -> None:
+    first, second, third = expansion.cells[:3]
+    manifest = "sha256:" + "e" * 64
+    ledger = Ledger(tmp_path)
+    ledger.record(
+        [
+            BuildResult(first, True, 1.0, IMAGE_ID, local_id=manifest),  # the containerd store: the manifest digest
+            BuildResult(second, True, 1.0, IMAGE_ID, local_id=IMAGE_ID),  # the classic store: the config digest
+            BuildResult(third, False, 1.0, IMAGE_ID, local_id="sha256:" + "f" * 64),  # tagging failed: not trusted
+        ]
+    )
+    assert ledger.configs() == {manifest: IMAGE_ID, IMAGE_ID: IMAGE_ID}
+
+
 def test_a_rebuild_replaces_the_cells_entry_and_keeps_the_others(expansion: Expansion, tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     ledger.record(results(expansion, True, True))

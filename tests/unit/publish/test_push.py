@@ -340,6 +340,24 @@ def test_on_the_containerd_store_a_pulled_copy_under_the_registry_tag_is_the_sam
     assert docker.tags[REMOTE] == OTHER_ID  # never untagged: not this run's tag
 
 
+def test_on_the_containerd_store_no_docker_save_is_made_where_the_registry_and_the_build_know_the_configs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `docker save` of a CUDA image to read its config digest took 170 s here: the registry's manifest names the
+    pulled copy's config, the build ledger the local image's (`configs`), so none is made."""
+    config = "sha256:" + "c" * 64
+    docker = FakeDocker({REF: LOCAL_ID, REMOTE: OTHER_ID})
+    pinned = f"{REMOTE.rsplit(':', 1)[0]}@{OTHER_ID}"
+    docker.manifest_replies = [(0, manifest_inspect(pinned, config) + "\n", "")]
+    saved: list[str] = []
+    monkeypatch.setattr(push_module, "image_store", lambda _runner: CONTAINERD)
+    monkeypatch.setattr(push_module, "config_digest", lambda ref, *_: saved.append(ref))
+    error, _ = push_failing(docker, configs={LOCAL_ID: config})  # the fake registry cannot verify: failed after
+    assert "already tags another local image" not in str(error) and ["push", REMOTE] in [c[1:] for c in docker.calls]
+    assert any(call[1:3] == ["manifest", "inspect"] and call[-1] == pinned for call in docker.calls)
+    assert saved == []
+
+
 def test_ref_rebuilt_during_push_keeps_the_temporary_tag_and_fails() -> None:
     docker = FakeDocker()
 
