@@ -155,12 +155,13 @@ def _key(folder: Path) -> str:
 
 
 def containerd_leg(root: Path, engine: Path) -> list[Step]:
-    """The PyTorch cell on the containerd image store (the default of Docker 29+), on an engine of its own: the base
-    and a cold build, tagged, their OS packages from the repository of the locked files alone; a signed push to a
-    registry of its own, verified; then the docker-group user's commands on that store (.ci/as-user.sh: a cache-warm
-    build giving root's image, push, a zstd push, the image tests, smoke (exit 77 without a GPU) of the verified
-    digest, doctor, disk). Its ledger is kept beside the classic store's (CONTAINERD_LEDGER), with the config digest
-    that store built, for the classic store's build to match."""
+    """The PyTorch cell on the containerd image store (the default of Docker 29+), on an engine of its own: the base and
+    a cold build, tagged, their OS packages from the repository of the locked files alone; `invoke repro` against it
+    (another cold build, which must give the same config digest); a signed push to a registry of its own, verified; then
+    the docker-group user's commands on that store (.ci/as-user.sh: a cache-warm build giving root's image, push, a zstd
+    push, the image tests, smoke (exit 77 without a GPU) of the verified digest, doctor, disk). Its ledger is kept
+    beside the classic store's (CONTAINERD_LEDGER), with the config digest that store built, for the classic store's
+    build to match."""
     registry = f"127.0.0.1:{CONTAINERD_REGISTRY_PORT}"
     keys = root / CONTAINERD_SIGNING
     key = f"--key {_q(keys / 'cosign.pub')}"
@@ -175,6 +176,10 @@ def containerd_leg(root: Path, engine: Path) -> list[Step]:
             _served(root, f"{usage.BASE} --apt-from {APT_URL} && {usage.BUILD} {BUILDS[0]} --apt-from {APT_URL}"),
         ),
         Step("containerd store: what it built", f"cp {_q(root / LEDGER)} {_q(root / CONTAINERD_LEDGER)}"),
+        Step(
+            "containerd store: repro, a cold build against the one tagged",
+            _served(root, f"{usage.REPRO} {BUILDS[0]} --apt-from {APT_URL} --against {PYTORCH_IMAGE}"),
+        ),
         Step(
             "containerd store: registry",
             f"bash {_q(root / '.ci/registry.sh')} start {CONTAINERD_REGISTRY_NAME} {CONTAINERD_REGISTRY_PORT}",

@@ -98,6 +98,10 @@ def test_the_containerd_leg_builds_from_the_locked_files_alone_then_pushes_verif
     push = next(i for i, command in enumerate(steps) if "invoke push " in command)
     image = f"127.0.0.1:{ci.CONTAINERD_REGISTRY_PORT}/{ci.PYTORCH_IMAGE}"
     assert served < kept < push
+    # Reproducible on that store too: another cold build, compared with the one tagged, before it is pushed.
+    repro = next(i for i, command in enumerate(steps) if "invoke repro " in command)
+    assert kept < repro < push and "trap 'kill $server' EXIT" in steps[repro]
+    assert steps[repro].endswith(f"invoke repro {ci.BUILDS[0]} --apt-from {url} --against {ci.PYTORCH_IMAGE}")
     assert steps[push + 1].startswith(f"invoke verify --image {image} ")
     # The docker-group user's commands on that store (build, push, zstd push, tests, smoke of the verified digest),
     # its build from the same repository of locked files, served again.
