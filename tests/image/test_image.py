@@ -605,3 +605,30 @@ def test_the_oci_labels_users_tools_read(image: Image) -> None:
     licenses = image.label("licenses", oci).split(" AND ")
     assert licenses[0] == expected and "LicenseRef-NVIDIA-CUDA" in licenses
     assert image.label("vendor", oci)
+
+
+def test_the_sbom_names_the_debian_packages_as_scanners_match_them(container: Container, image: Image) -> None:
+    """The SBOM a signed push attaches, made from this image as the push makes it: each installed Debian package's
+    purl, parsed by packageurl-python (the purl reference implementation), is pkg:deb/ID/NAME@VERSION with
+    `distro=ID-VERSION_ID` from the image's own os-release, which is how scanners match Debian and Ubuntu
+    advisories. (Debian's /etc/os-release is a relative symlink: it used to be lost, giving `pkg:deb/linux/...`.)"""
+    from packageurl import PackageURL
+
+    from dlimages.publish import attest
+    from dlimages.publish.signing import image_facts
+
+    os_id, version_id = container.host.check_output(". /etc/os-release && echo $ID $VERSION_ID").split()
+    listed = container.host.check_output("dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Architecture}\\n'")
+    arches = {name: arch for status, name, arch in map(str.split, listed.splitlines()) if status in ("ii", "hi")}
+    document = json.loads(attest.sbom(image_facts(image.ref, REPO)))
+    purls = [component.get("purl", "") for component in document["components"]]
+    debs = [PackageURL.from_string(purl) for purl in purls if purl.startswith("pkg:deb/")]
+    assert {purl.name for purl in debs} == set(arches) and arches
+    distro = f"{os_id}-{version_id}"
+    wrong = [
+        purl.to_string()
+        for purl in debs
+        if (purl.namespace, purl.qualifiers.get("distro"), purl.qualifiers.get("arch"))
+        != (os_id, distro, arches[purl.name])
+    ]
+    assert not wrong, f"{len(wrong)} of {len(debs)} Debian packages have purls scanners cannot match: {wrong[:3]}"

@@ -65,9 +65,12 @@ def debian_packages(status: str | None) -> dict[str, tuple[str, str]]:
     return packages
 
 
-def _os(os_release: str | None) -> tuple[str, str]:
-    fields = dict(re.findall(r'^([A-Z_]+)="?([^"\n]*)"?$', os_release or "", re.M))
-    return fields.get("ID", "linux"), fields.get("VERSION_ID", "")
+def distribution(os_release: str | None) -> tuple[str, str] | None:
+    """os-release's ID and VERSION_ID (("debian", "12"), ("ubuntu", "24.04")), as the package URL of a Debian
+    package names them; None when it gives no ID or no VERSION_ID."""
+    fields = dict(re.findall(r'^([A-Z_]+)=["\']?([^"\'\n]*)["\']?$', os_release or "", re.M))
+    found = fields.get("ID", ""), fields.get("VERSION_ID", "")
+    return found if all(found) else None
 
 
 def _encoded(text: str) -> str:
@@ -80,7 +83,7 @@ def sbom(facts: ImageFacts) -> bytes:
     base by digest, every installed Debian package (`pkg:deb`) and every locked Python package (`pkg:pypi`, with
     the lock's hashes)."""
     labels = facts.labels
-    distro, version = _os(facts.files.get(OS_RELEASE))
+    distro, version = distribution(facts.files.get(OS_RELEASE)) or ("linux", "")
     components: list[dict[str, Any]] = []
     for name, (deb_version, arch) in debian_packages(facts.files.get(DPKG_STATUS)).items():
         purl = f"pkg:deb/{distro}/{_encoded(name)}@{_encoded(deb_version)}?arch={arch}&distro={distro}-{version}"

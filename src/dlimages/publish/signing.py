@@ -195,7 +195,13 @@ def image_facts(ref: str, root: Path, runner: Runner = DEFAULT) -> attest.ImageF
     info = _inspect(ref, runner)
     labels = dict((info.get("Config") or {}).get("Labels") or {})
     locks = _lock_digests(root, labels, runner)
-    return attest.ImageFacts(labels, str(info.get("Created", "")), read_files(ref, runner), locks, _builder(runner))
+    files = read_files(ref, runner)
+    if files.get(attest.DPKG_STATUS) and attest.distribution(files.get(attest.OS_RELEASE)) is None:
+        raise SigningError(
+            f"cannot name the distribution of {ref}'s Debian packages: its {attest.OS_RELEASE} is missing or gives no "
+            "ID and VERSION_ID, which their package URLs (pkg:deb/ID/...?distro=ID-VERSION_ID) need for scanners"
+        )
+    return attest.ImageFacts(labels, str(info.get("Created", "")), files, locks, _builder(runner))
 
 
 def verify(
@@ -263,7 +269,8 @@ def resolve(image: str, runner: Runner = DEFAULT) -> str:
 
 def read_files(ref: str, runner: Runner = DEFAULT, paths: Sequence[str] = attest.IMAGE_FILES) -> dict[str, str | None]:
     """The text of each file in the image (None where it has none), copied out of a container that is created
-    and removed without ever running."""
+    and removed without ever running. A symlink is followed inside the image (Debian's /etc/os-release is one, to
+    ../usr/lib/os-release, which the host may not have or have of another distribution)."""
     created = runner(["docker", "create", "--entrypoint", "/bin/true", ref])
     if not created.ok:
         raise SigningError(f"cannot read {ref}: {created.last_line}")
@@ -273,7 +280,7 @@ def read_files(ref: str, runner: Runner = DEFAULT, paths: Sequence[str] = attest
         with _folder() as folder:
             for number, path in enumerate(paths):
                 target = folder / str(number)
-                copied = runner(["docker", "cp", f"{container}:{path}", str(target)])
+                copied = runner(["docker", "cp", "--follow-link", f"{container}:{path}", str(target)])
                 files[path] = target.read_text(encoding="utf-8", errors="replace") if copied.ok else None
     finally:
         runner(["docker", "rm", "-f", container])

@@ -71,6 +71,21 @@ def test_sbom_lists_installed_debian_packages_and_locked_python_packages_as_purl
     assert {"name": "dlimages:cuda-source", "value": "wheel"} in document["metadata"]["properties"]
 
 
+@pytest.mark.parametrize(
+    ("os_release", "found"),
+    [
+        (OS_RELEASE, ("debian", "12")),
+        ('NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n', ("ubuntu", "24.04")),
+        ("ID='debian'\nVERSION_ID='13'\n", ("debian", "13")),
+        ('PRETTY_NAME="Debian GNU/Linux trixie/sid"\nID=debian\n', None),  # testing: no VERSION_ID
+        ("", None),
+        (None, None),  # not in the image (or not read)
+    ],
+)
+def test_the_distribution_is_read_from_os_release(os_release: str | None, found: tuple[str, str] | None) -> None:
+    assert attest.distribution(os_release) == found
+
+
 def test_sbom_is_valid_cyclonedx_1_6() -> None:
     assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(attest.sbom(FACTS).decode()) is None
 
