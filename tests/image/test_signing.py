@@ -11,6 +11,7 @@ The images are small: the offline base (`dlimages/base:debian12`) with stand-in 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -183,6 +184,56 @@ def test_two_pushes_attach_the_same_sbom_and_provenance(
             assert len(payloads) == 1  # pushed again: replaced, not piled up
             documents.append(json.dumps(payloads[0]["predicate"], sort_keys=True))
     assert documents[0:2] == documents[2:4]
+
+
+@pytest.mark.parametrize(
+    ("key", "password", "says"),
+    [
+        ("missing.key", PASSWORD, "no such file or directory"),
+        ("env://DLIMAGES_TEST_NO_SUCH_KEY", PASSWORD, "env var $DLIMAGES_TEST_NO_SUCH_KEY not found"),
+        ("awskms://garbage", PASSWORD, "kms specification should be in the format"),
+        ("extra.deb", PASSWORD, "invalid pem block"),  # a file that is not a key
+        ("ours", "wrong", "decryption failed ($COSIGN_PASSWORD is not this key's password)"),
+        ("ours", None, "decryption failed (set $COSIGN_PASSWORD to the key's password"),  # unset: no prompt
+    ],
+)
+def test_a_signing_key_that_does_not_load_stops_the_push_before_anything_is_sent(
+    key: str,
+    password: str | None,
+    says: str,
+    registries: dict[str, str],
+    images: dict[str, str],
+    setup: dict[str, Path],
+) -> None:
+    """Each was found by cosign only after the image was pushed and pulled back, leaving the release's immutable tag
+    unsigned in the registry; an unset password made cosign prompt, unseen, for 300 s on a terminal. Now the key is
+    loaded first: exit 2, the reason, and the registry never hears of the image (here on a terminal: no prompt)."""
+    tag = f"key-{hashlib.sha256(f'{key} {password}'.encode()).hexdigest()[:12]}"
+    docker("tag", images["good"], f"{NAME}:{tag}")
+    key_ref = str(setup.get(key, setup["folder"] / key)) if "://" not in key else key
+    env = {name: value for name, value in os.environ.items() if name != "COSIGN_PASSWORD"}
+    env |= {"COSIGN_PASSWORD": password} if password is not None else {}
+    argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "push", "--image", f"{NAME}:{tag}"]
+    terminal, other = os.openpty()
+    try:
+        done = subprocess.run(
+            [*argv, "--registry", registries["open"], "--sign-key", key_ref, "--no-engine-setup"],
+            stdin=other,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=env,
+        )
+    finally:
+        os.close(terminal)
+        os.close(other)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stderr and "nothing was pushed" in done.stderr, done.stderr
+    manifest = f"http://{registries['open']}/v2/{NAME}/manifests/{tag}"
+    accept = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+    asked = RUNNER(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", f"Accept: {accept}", manifest])
+    assert asked.out == "404", f"the registry has {NAME}:{tag}: {asked.out}"
 
 
 def test_an_unsigned_image_fails(

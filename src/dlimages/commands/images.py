@@ -33,7 +33,7 @@ from dlimages.publish.zstdpush import COMPRESSIONS, Archives
 
 SKOPEO = "`sudo apt-get install skopeo` (Debian 11+, Ubuntu 20.10+), nothing was pushed"
 NOTHING_BUILT = f"no image given and no successful `{usage.BUILD}` recorded"
-TEST_TOOLS = ("pytest", "testinfra", "selenium")  # pyproject.toml's `test` extra, by import name
+TEST_TOOLS = ("pytest", "testinfra", "selenium", "packageurl")  # pyproject.toml's `test` extra, by import name
 
 
 def test(root: Path, shell: Context, *, image: Sequence[str], no_engine_setup: bool = False) -> None:
@@ -84,6 +84,7 @@ def push(
         raise InputError([Problem("--image", NOTHING_BUILT)])
     refs = list(names)
     plan_push(refs, list(registry), names)  # every bad ref or registry is exit 2 before anything starts
+    signing.check(RUNNER)  # so is a key that does not load
     engine(root, no_engine_setup, need=Need.DOCKER)
     # The containerd store keeps the layers as built, uncompressed (core.imagestore.EXPORT), and `docker push` sends
     # them as stored: there the gzip push, like the zstd one, compresses them as the engine saves the image.

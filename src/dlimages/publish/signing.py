@@ -30,6 +30,7 @@ from dlimages.publish.audit import VULN_TYPE, Scan, audit
 from dlimages.publish.pushplan import PushResult, daemon_treats_as_insecure
 
 COSIGN_TIMEOUT_S = 300.0
+KEY_CHECK_TIMEOUT_S = 60.0  # loading a key: a file at once, a KMS key one request
 PULL_TIMEOUT_S = 3600.0
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 BASE_LOCK = "images/base-debian12.apt.lock"  # the offline base's packages, for cells built on it
@@ -71,6 +72,8 @@ class Signing:
     def from_flags(
         cls, sign_key: str | None, keyless: bool, no_sign: bool, tlog: bool, env: Mapping[str, str] = os.environ
     ) -> Signing:
+        if sign_key is not None and not sign_key.strip():
+            raise InputError([Problem("--sign-key", "is empty", "a cosign private key: file, KMS URI or env://VAR")])
         key = sign_key or env.get(SIGN_KEY_ENV) or None
         keyless = keyless or env.get(KEYLESS_ENV, "") in {"1", "true"}
         if no_sign:
@@ -83,6 +86,26 @@ class Signing:
     @property
     def enabled(self) -> bool:
         return bool(self.key or self.keyless)
+
+    def check(self, runner: Runner = DEFAULT) -> None:
+        """Before anything is pushed: the key loads (a file, env://VAR or KMS URI, with $COSIGN_PASSWORD), as
+        `cosign public-key` loads it. InputError saying why, and what is allowed, when it does not."""
+        if not self.key:
+            return
+        done = _cosign(runner, ["public-key", "--key", self.key], "", check=False, timeout=KEY_CHECK_TIMEOUT_S)
+        if done.ok:
+            return
+        reason = _cosign_reason(done)
+        if "decrypt" in reason:
+            reason += (
+                " ($COSIGN_PASSWORD is not this key's password)"
+                if "COSIGN_PASSWORD" in os.environ
+                else (" (set $COSIGN_PASSWORD to the key's password: unset, the empty one is tried)")
+            )
+        allowed = "a cosign private key: file, KMS URI or env://VAR, with its password in $COSIGN_PASSWORD"
+        raise InputError(
+            [Problem(f"--sign-key {self.key!r}", f"cannot be loaded: {reason}; nothing was pushed", allowed)]
+        )
 
     def signers(self) -> list[list[str]]:
         """cosign's flags for each signer: the key's, then keyless."""
@@ -316,8 +339,13 @@ def _cosign_reason(done: Result) -> str:
     return lines[-1].removeprefix("Error: ") if lines else done.last_line
 
 
-def _cosign(runner: Runner, args: list[str], doing: str, *, check: bool = True) -> Result:
-    done = runner(["cosign", *args], timeout=COSIGN_TIMEOUT_S, env={**os.environ, "COSIGN_YES": "true"})
+def _cosign(
+    runner: Runner, args: list[str], doing: str, *, check: bool = True, timeout: float = COSIGN_TIMEOUT_S
+) -> Result:
+    """cosign, never at a terminal: its input is empty, and an unset COSIGN_PASSWORD is the empty password (a key
+    made without one loads; one with a password fails at once, where cosign's prompt would wait unseen)."""
+    env = {"COSIGN_PASSWORD": "", **os.environ, "COSIGN_YES": "true"}
+    done = runner(["cosign", *args], timeout=timeout, env=env, stdin="")
     if check and not done.ok:
         raise SigningError(f"{doing} failed: {_cosign_reason(done)}")
     return done

@@ -122,7 +122,8 @@ def test_the_test_tools_are_the_test_extra_and_not_the_main_install() -> None:
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     names = {re.split(r"[<>=!~ \[]", d)[0] for d in project["optional-dependencies"]["test"]}
-    assert names == {"pytest", "pytest-testinfra", "selenium"}
-    assert {n.removeprefix("pytest-") if n != "pytest" else n for n in names} == set(TEST_TOOLS)
+    assert names == {"pytest", "pytest-testinfra", "selenium", "packageurl-python"}
+    imported = {"pytest": "pytest", "pytest-testinfra": "testinfra", "selenium": "selenium"}
+    assert {imported.get(n, "packageurl") for n in names} == set(TEST_TOOLS)
     assert not names & {re.split(r"[<>=!~ \[]", d)[0] for d in project["dependencies"]}
     assert "dlimages[test]" in project["optional-dependencies"]["dev"]

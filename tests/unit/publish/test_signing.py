@@ -81,6 +81,40 @@ def fake(answers: dict[str, Result]) -> Runner:
     return Runner(run=run)  # type: ignore[arg-type]
 
 
+def test_an_empty_sign_key_is_refused_not_taken_for_no_signing() -> None:
+    # Before: `--sign-key ''` pushed unsigned with exit 0.
+    with pytest.raises(InputError, match="--sign-key: is empty"):
+        signing.Signing.from_flags("", False, False, False, env={signing.SIGN_KEY_ENV: "k.key"})
+
+
+def test_the_key_is_loaded_before_anything_is_pushed_and_cosign_is_never_at_a_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[list[str], dict[str, object]]] = []
+
+    def run(argv: list[str], **kwargs: object) -> object:
+        calls.append((argv, kwargs))
+
+        class Completed:
+            returncode, stdout = 1, ""
+            stderr = "Error: decrypt: encrypted: decryption failed\nerror during command execution: ..."
+
+        return Completed()
+
+    monkeypatch.delenv("COSIGN_PASSWORD", raising=False)
+    with pytest.raises(InputError) as raised:
+        signing.Signing("k.key").check(Runner(run=run))  # type: ignore[arg-type]
+    [(argv, kwargs)] = calls
+    assert argv == ["cosign", "public-key", "--key", "k.key"]
+    env = kwargs["env"]
+    assert kwargs["input"] == "" and isinstance(env, dict) and env["COSIGN_PASSWORD"] == ""
+    said = str(raised.value)
+    assert said.startswith("error: --sign-key 'k.key': cannot be loaded: decrypt: encrypted: decryption failed")
+    assert "set $COSIGN_PASSWORD" in said and "nothing was pushed" in said
+    signing.Signing(None).check(Runner(run=run))  # type: ignore[arg-type]
+    assert len(calls) == 1  # nothing to load without a key
+
+
 def test_resolve_takes_the_digest_the_pull_names() -> None:
     digest = "sha256:" + "a" * 64
     runner = fake({"docker pull": Result((), 0, f"v1: Pulling from lab/x\nDigest: {digest}\nStatus: up to date\n")})
