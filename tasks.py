@@ -76,7 +76,9 @@ def command(
         flags = commands.flag_parameters(function)
         run.__signature__ = inspect.Signature([inspect.Parameter("c", inspect.Parameter.POSITIONAL_ONLY), *flags])
         shared = {name: text for name, text in {**cells, **SHARED_HELP}.items() if name in {f.name for f in flags}}
-        return task(help={**shared, **(help or {})}, iterable=commands.repeatable(function), **options)(run)
+        # -h and --help are help in every task: no short flags (-h was some tasks' flag), no positional arguments.
+        settings = {"auto_shortflags": False, "positional": [], **options}
+        return task(help={**shared, **(help or {})}, iterable=commands.repeatable(function), **settings)(run)
 
     return decorate
 
@@ -101,7 +103,6 @@ def render(c: Context, **flags: Any) -> None:
 
 
 @command(
-    auto_shortflags=False,  # -h stays help: Invoke would give it to --cache-from
     help={
         **BUILD_HELP,
         "dry_run": "print the exact docker commands and tags; touch nothing",
@@ -120,7 +121,6 @@ def build(c: Context, **flags: Any) -> None:
 
 
 @command(
-    auto_shortflags=False,  # -h stays help: Invoke would give it to --cache-from
     help={
         **BUILD_HELP,
         "netrc": "netrc file with private-index credentials (a BuildKit secret: the file names its path only)",

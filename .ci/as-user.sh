@@ -5,7 +5,7 @@
 # root's run gave: a cache-warm build leaves the very image root built, the push finds the registry's digest
 # unchanged, a zstd push works from the user's clone, the image tests pass, dl-smoke says "no GPU" (exit 77), the
 # image root signed verifies against the public key (as a GPU node's user checks it) and smoke runs its digest,
-# doctor gives root's verdicts, disk reports.
+# doctor gives root's verdicts, disk reports; a folder the user cannot write is refused (exit 2) before anything.
 #
 # Usage: .ci/as-user.sh REGISTRY IMAGE PUBLIC-KEY BUILD-FLAGS...   (as root, after root built, pushed and signed IMAGE)
 # Creates the user dlimages-user when it does not exist, and deletes it (with its home) at the end if it did.
@@ -81,6 +81,13 @@ start=$SECONDS
 # The README's install, for the main job: the system Python (the user cannot reach root's), a venv of the user's own.
 as_user install "python3 -m venv ~/venv && python -m pip install --quiet -e ." || die "pip install -e . failed"
 log "install: $((SECONDS - start)) s"
+
+# A folder the user cannot write is exit 2 before anything is fetched (it was a traceback).
+code=0
+as_user apt-repo-unwritable "invoke apt-repo --to /usr/local/dlimages-apt-repo" || code=$?
+((code == 2)) || die "invoke apt-repo into a folder the user cannot write exited $code, not 2"
+grep -q "cannot be written" "$out/apt-repo-unwritable.log" || die "invoke apt-repo did not say it cannot write there"
+[[ ! -e /usr/local/dlimages-apt-repo ]] || die "invoke apt-repo made /usr/local/dlimages-apt-repo"
 
 start=$SECONDS
 # shellcheck disable=SC2086 # the build flags are words

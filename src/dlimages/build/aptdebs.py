@@ -260,6 +260,8 @@ def export(sources: Iterable[AptDebsSource], folder: Path, root: Path, runner: R
         cache = fetch(source.lock.debs, source.origin, root)
         for deb in source.lock.debs:
             target = folder / deb.archive / deb.path
+            if target.is_symlink() or not target.parent.resolve().is_relative_to(folder.resolve()):
+                raise FetchError(f"{target} is, or is under, a symlink out of {folder}: nothing is written through one")
             if not (target.is_file() and _sha256(target) == deb.sha256):
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(cache / deb.archive / deb.path, target)

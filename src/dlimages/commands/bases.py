@@ -15,6 +15,7 @@ from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
 from dlimages.core.engines import Need
 from dlimages.core.errors import InputError, Problem
+from dlimages.core.outputs import output_folder
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
 from dlimages.generate import aptlock, baselock, baserequire
@@ -112,12 +113,10 @@ def bases_mirror(
     return summary
 
 
-def apt_repo(project: Project, *, to: str, apt_from: str | None = None) -> str:
+def apt_repo(project: Project, *, to: str | None = None, apt_from: str | None = None) -> str:
     """Copy the locked .deb files of the base and of every cell into the folder `to`, checked: a repository that
     holds only them, for `--apt-from` (offline and air-gapped builds, and builds after the archive has moved on)."""
-    folder = Path(to)
-    if folder.exists() and not folder.is_dir():
-        raise InputError([Problem("--to", f"{to[:200]!r} is not a folder", "a folder (made if missing)")])
+    folder = output_folder(to, "--to", project.root, command=usage.APT_REPO, marker="Release", runner=RUNNER)
     source = base_lock(project.root, apt_from)
     paths = [lock_files.cell_dir(project.root, cell) / aptlock.APT_LOCK for cell in project.expansion.cells]
     locks = {lock.digest(): lock for lock in [source.lock, *filter(None, map(aptlock.read, paths))]}
@@ -128,10 +127,10 @@ def apt_repo(project: Project, *, to: str, apt_from: str | None = None) -> str:
         if lock is not source.lock:
             sources.append(aptdebs.AptDebsSource(lock, aptdebs.origin(apt_from, lock.resolved, mirrors, distro)))
     try:
-        count = aptdebs.export(sources, folder.absolute(), project.root, RUNNER)
+        count = aptdebs.export(sources, folder, project.root, RUNNER)
     except aptdebs.FetchError as error:
         raise Failed(f"error: {error}", code=1) from None
     return (
-        f"{folder}: {count} packages of {len(locks)} locks, from {source.origin.describe()}; build from it with "
-        f"`{usage.BUILD} --apt-from {shlex.quote(str(folder))}` (or serve the folder over HTTP: --apt-from URL)"
+        f"{to}: {count} packages of {len(locks)} locks, from {source.origin.describe()}; build from it with "
+        f"`{usage.BUILD} --apt-from {shlex.quote(str(to))}` (or serve the folder over HTTP: --apt-from URL)"
     )

@@ -279,3 +279,22 @@ def test_the_dlimages_command_exits_2_where_invoke_exits_1(
     assert in_process(*args, program=program) == (2, "", f"error: {message}\n")
     if args[0] != "-T":
         assert in_process(*args)[0] == 1
+
+
+def test_help_never_runs_a_task_and_no_letter_means_two_flags(invoke: Cli, tmp_path: Path) -> None:
+    """Before: `invoke apt-repo --help` took `--help` as the folder to fill (its one positional argument) and
+    downloaded 82 MB into a folder named `--help`; `invoke lock -h` ran `lock --check` (Invoke gave `-h` to
+    --check, -c being --cuda's); -t meant --torch, --to, --tlog or --retries, by task."""
+    listed = invoke("--list", "--list-format", "json")
+    names = [task["name"] for task in json.loads(listed.stdout)["tasks"]]
+    assert "apt-repo" in names and "lock" in names
+    before = sorted(path.name for path in REPO.iterdir())
+    for name in names:
+        for asked in ("--help", "-h"):
+            shown = invoke(name, asked)
+            assert shown.returncode == 0 and shown.stdout.startswith(f"Usage: inv[oke] [--core-opts] {name} ")
+            options = shown.stdout.split("Options:", 1)[-1]
+            assert not re.search(r"^\s+-\w[ ,]", options, re.MULTILINE), f"{name} has a one-letter flag"
+    assert sorted(path.name for path in REPO.iterdir()) == before
+    missing = invoke("apt-repo")
+    assert missing.returncode == 2 and "--to: is empty" in missing.stderr
