@@ -49,8 +49,7 @@ BUILD_HELP = {
 
 
 def _echo(text: str | None) -> None:
-    if text is not None:
-        print(text)
+    commands.echo(text)
 
 
 def command(
@@ -72,12 +71,13 @@ def command(
             except commands.Failed as failed:
                 _echo(failed.output)
                 raise Exit(failed.message, code=failed.code) from None
+            except BrokenPipeError:  # `invoke matrix | head`: the reader has what it wanted
+                raise Exit(code=commands.reader_gone()) from None
 
         flags = commands.flag_parameters(function)
         run.__signature__ = inspect.Signature([inspect.Parameter("c", inspect.Parameter.POSITIONAL_ONLY), *flags])
         shared = {name: text for name, text in {**cells, **SHARED_HELP}.items() if name in {f.name for f in flags}}
-        # -h and --help are help in every task: no short flags (-h was some tasks' flag), no positional arguments.
-        settings = {"auto_shortflags": False, "positional": [], **options}
+        settings = {"auto_shortflags": False, "positional": [], **options}  # -h and --help: help in every task
         return task(help={**shared, **(help or {})}, iterable=commands.repeatable(function), **settings)(run)
 
     return decorate

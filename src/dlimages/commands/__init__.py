@@ -11,7 +11,7 @@ from dlimages.commands.flags import CellFlags, flag_parameters, repeatable
 from dlimages.commands.generate import doctor, lock, matrix, render
 from dlimages.commands.host import check, ci, disk
 from dlimages.commands.images import bench, package_diff, push, smoke, test, verify
-from dlimages.commands.session import Failed
+from dlimages.commands.session import Failed, echo, reader_gone
 
 __all__ = [
     "CellFlags",
@@ -27,11 +27,13 @@ __all__ = [
     "ci",
     "disk",
     "doctor",
+    "echo",
     "flag_parameters",
     "lock",
     "matrix",
     "package_diff",
     "push",
+    "reader_gone",
     "render",
     "repeatable",
     "repro",

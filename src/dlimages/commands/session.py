@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -26,6 +27,21 @@ class Failed(Exception):
 def say(line: str) -> None:
     """A line of progress, shown at once (in order with the output of the commands a run starts)."""
     print(line, flush=True)
+
+
+def echo(text: str | None) -> None:
+    """A command's result on stdout (nothing for None)."""
+    if text is not None:
+        print(text, flush=True)
+
+
+def reader_gone() -> int:
+    """After a BrokenPipeError (`invoke matrix | head`): stdout goes nowhere from now on, so that nothing left to
+    write fails again at exit; the exit code, 0, as for a reader that simply had enough."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
 
 
 def note(line: str) -> None:

@@ -298,3 +298,14 @@ def test_help_never_runs_a_task_and_no_letter_means_two_flags(invoke: Cli, tmp_p
     assert sorted(path.name for path in REPO.iterdir()) == before
     missing = invoke("apt-repo")
     assert missing.returncode == 2 and "--to: is empty" in missing.stderr
+
+
+def test_a_listing_piped_into_head_ends_quietly() -> None:
+    """Before: `invoke matrix --json | head` ended in a BrokenPipeError traceback."""
+    argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "matrix", "--json"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as listing:
+        assert listing.stdout is not None and listing.stderr is not None
+        assert listing.stdout.read(1) == b"["
+        listing.stdout.close()  # as `head -c 1` does
+        said = listing.stderr.read().decode()
+        assert listing.wait(timeout=120) == 0 and said == "", said
