@@ -89,7 +89,9 @@ def origin(
     """The origin `--apt-from` names (InputError otherwise). `mirrors`: the build's apt mirror per archive of
     `distro` (None: the distribution's own); `resolved`: the lock's time, for a snapshot archive's URL."""
     names = distro.archives
-    if value in (None, "", "archive"):
+    if value is not None and not value.strip():
+        raise InputError([Problem("--apt-from", "is empty", ORIGIN_ALLOWED)])
+    if value in (None, "archive"):
         given = mirrors or {}
         return Origin("archive", {name: given.get(name) or distro.public[name] for name in names})
     assert value is not None
@@ -110,6 +112,9 @@ def origin(
         raise InputError(
             [Problem("--apt-from", f"{value[:200]!r} is not a folder, URL or known origin", ORIGIN_ALLOWED)]
         )
+    if not (folder / "Release").is_file():
+        said = f"{value[:200]!r} is a folder but no repository `invoke apt-repo` made (it has no Release file)"
+        raise InputError([Problem("--apt-from", said, ORIGIN_ALLOWED)])
     return Origin("repository", folder=folder)
 
 

@@ -64,8 +64,11 @@ def test_the_archive_is_the_builds_mirror_per_archive_else_debians_own() -> None
         "debian": "http://127.0.0.1:3142/debian",
         "debian-security": PUBLIC["debian-security"],
     }
-    for value in (None, "", "archive"):
+    for value in (None, "archive"):
         assert dict(origin(value, T0).urls) == PUBLIC
+    for empty in ("", " "):  # before: taken for the archive
+        with pytest.raises(InputError, match="--apt-from: is empty"):
+            origin(empty, T0)
     assert given.describe() == f"the live archive (http://127.0.0.1:3142/debian, {PUBLIC['debian-security']})"
 
 
@@ -97,9 +100,13 @@ def test_a_url_is_a_repository_holding_each_archive_under_it() -> None:
 
 def test_a_folder_is_a_local_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "repo").mkdir()
+    (tmp_path / "repo/Release").write_text("Suite: bookworm\n")  # as `invoke apt-repo` leaves it
     monkeypatch.chdir(tmp_path)
     local = origin("repo", T0)
     assert local == Origin("repository", folder=tmp_path / "repo")
+    (tmp_path / "other").mkdir()  # before: any folder was taken, and every build from it failed file by file
+    with pytest.raises(InputError, match="'other' is a folder but no repository `invoke apt-repo` made"):
+        origin("other", T0)
     deb = locked("foo", "1.0+1", b"x")
     assert local.location(deb) == str(tmp_path / "repo/debian/pool/main/f/foo/foo_1.0+1_all.deb")
     assert local.describe() == f"the local repository {tmp_path / 'repo'}"
@@ -216,6 +223,7 @@ def test_files_fetched_from_one_origin_are_not_taken_for_anothers(tmp_path: Path
     put(server.folder, CURL, GOOD["curl"])
     aptdebs.fetch([CURL], origin(server.url, T0), tmp_path)
     (tmp_path / "repo").mkdir()
+    (tmp_path / "repo/Release").write_text("Suite: bookworm\n")  # as `invoke apt-repo` leaves it
     with pytest.raises(FetchError, match=r"^curl=7\.88\.1-10\+deb12u8: cannot read .*/repo/debian/pool/main/c/curl/"):
         aptdebs.fetch([CURL], origin(str(tmp_path / "repo"), T0), tmp_path)
     put(tmp_path / "repo", CURL, GOOD["curl"])
@@ -255,6 +263,7 @@ def test_a_file_the_server_does_not_have_names_the_package_and_the_ways_out(tmp_
 
 def test_a_file_a_local_repository_lacks_is_a_fetch_error(tmp_path: Path) -> None:
     (tmp_path / "repo").mkdir()
+    (tmp_path / "repo/Release").write_text("Suite: bookworm\n")  # as `invoke apt-repo` leaves it
     with pytest.raises(FetchError, match=r"^curl=7\.88\.1-10\+deb12u8: cannot read .*/repo/debian/pool/main/c/curl/"):
         aptdebs.fetch([CURL], origin(str(tmp_path / "repo"), T0), tmp_path / "root")
 
@@ -311,6 +320,8 @@ def repository(tmp_path: Path, debs: dict[str, tuple[Deb, bytes]]) -> Origin:
     """A folder as `invoke apt-repo` makes it, holding `debs`, as an origin."""
     for deb, data in debs.values():
         put(tmp_path / "from", deb, data)
+    (tmp_path / "from").mkdir(exist_ok=True)
+    (tmp_path / "from/Release").write_text("Suite: bookworm\n")
     return origin(str(tmp_path / "from"), T0)
 
 
@@ -355,6 +366,7 @@ def test_a_flat_repository_is_made_once_per_lock(tmp_path: Path, real_debs: dict
 def test_a_lock_with_a_bad_file_makes_no_repository(tmp_path: Path, real_debs: dict[str, tuple[Deb, bytes]]) -> None:
     deb, _ = real_debs["hello-a"]
     put(tmp_path / "from", deb, b"not the locked file")
+    (tmp_path / "from/Release").write_text("Suite: bookworm\n")
     with pytest.raises(FetchError, match="the lock says"):
         aptdebs.flat_repo(lock_of(deb), origin(str(tmp_path / "from"), T0), tmp_path / "root", Runner())
     assert not (tmp_path / "root" / aptdebs.REPOS).exists()
