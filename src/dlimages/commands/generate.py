@@ -75,6 +75,10 @@ def lock(
     chosen = select(project.matrix, project.expansion, want, defaults=False)
     pip = project.matrix.packages.pip
     if prove:
+        given = {"--check": check, "--upgrade-package": upgrade_package, "--upgrade-apt": upgrade_apt}
+        given["--timeout"] = timeout != str(lock_files.RESOLVE_TIMEOUT_S)
+        if unused := [flag for flag, value in given.items() if value]:
+            raise InputError([Problem("--prove", f"given with {', '.join(unused)}", "--prove with cell flags only")])
         return _prove(project, chosen)
     if check:
         problems = lock_files.lock_problems(project.root, project.expansion.cells, pip)
@@ -153,6 +157,9 @@ def _prove(project: Project, chosen: Sequence[Cell]) -> str:
     if stale:
         raise Failed(f"error: stale locks ({', '.join(stale)}): run `{usage.LOCK}` for them first", code=1)
     locked = [s.cell for s in states if s.status == "locked"]
+    if not locked:
+        said = f"none of the {len(chosen)} selected cells has a lock to prove (none could be locked from here)"
+        raise InputError([Problem("--prove", said, "cell flags that select a locked cell (`invoke matrix`: lock)")])
     proofs = lockproof.prove_cells(project.root, locked, RUNNER, run_folder())
     failed = [p for p in proofs if not p.ok]
     summary = f"{len(proofs) - len(failed)} of {len(proofs)} locked cells import their framework from their lock"

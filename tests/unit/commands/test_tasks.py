@@ -309,3 +309,19 @@ def test_a_listing_piped_into_head_ends_quietly() -> None:
         listing.stdout.close()  # as `head -c 1` does
         said = listing.stderr.read().decode()
         assert listing.wait(timeout=120) == 0 and said == "", said
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        # Before: proved nothing and said "0 of 0 locked cells import their framework", exit 0.
+        (["--cuda", "11.8", "--torch", "2.1", "--python", "3.10"], "none of the 1 selected cells has a lock to prove"),
+        (["--check"], "--prove: given with --check"),  # before: --check was ignored without a word
+        (["--upgrade-apt", "--timeout", "5"], "--prove: given with --upgrade-apt, --timeout"),
+    ],
+)
+def test_lock_prove_that_would_prove_nothing_or_ignore_a_flag_is_refused(
+    invoke: Cli, args: list[str], says: str
+) -> None:
+    done = invoke("lock", "--prove", *args)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
