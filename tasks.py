@@ -70,7 +70,7 @@ def command(
                 raise Exit(error.report(), code=2) from None
             except commands.Failed as failed:
                 _echo(failed.output)
-                raise Exit(failed.message, code=failed.code) from None
+                raise Exit(errors.redact(failed.message), code=failed.code) from None
             except BrokenPipeError:  # `invoke matrix | head`: the reader has what it wanted
                 raise Exit(code=commands.reader_gone()) from None
 

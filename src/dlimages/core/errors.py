@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+# USER:PASSWORD@ in a URL or a host given as a flag's value: the password never reaches a message.
+# Not REPOSITORY:TAG@sha256:... (an image pinned by digest).
+_CREDENTIALS = re.compile(r"(?:(?<=://)|(?<![\w./:-]))([\w.%~+-]+):([^\s@/'\"]+)@(?!sha256:)(?=[\w\[])")
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every USER:PASSWORD@ in it replaced by ***."""
+    return _CREDENTIALS.sub(r"\1:***@", text)
 
 
 @dataclass(frozen=True)
@@ -16,7 +26,7 @@ class Problem:
 
     def __str__(self) -> str:
         text = f"{self.where}: {self.message}"
-        return f"{text} (allowed: {self.allowed})" if self.allowed else text
+        return redact(f"{text} (allowed: {self.allowed})" if self.allowed else text)
 
 
 class InputError(Exception):
