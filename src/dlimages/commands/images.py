@@ -147,6 +147,9 @@ def verify(
     if image is None:
         raise InputError([Problem("--image", "give the image to verify", "REGISTRY/REPOSITORY:TAG or @sha256:...")])
     [ref] = inimage.check_images([image])
+    if not names_registry(ref):
+        said = f"{ref!r} names no registry (docker would pull it from Docker Hub)"
+        raise InputError([Problem("--image", said, "REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:...")])
     trust = Trust.from_flags(key, identity, issuer, tlog)
     engine(root, no_engine_setup, need=Need.DOCKER)
     try:

@@ -325,3 +325,9 @@ def test_lock_prove_that_would_prove_nothing_or_ignore_a_flag_is_refused(
 ) -> None:
     done = invoke("lock", "--prove", *args)
     assert done.returncode == 2 and says in done.stderr, done.stderr
+
+
+def test_verify_of_a_name_without_a_registry_is_refused_before_any_pull(invoke: Cli) -> None:
+    # Before: `invoke verify --image lab/x:v1` pulled docker.io/lab/x:v1, a namespace anyone can register.
+    done = invoke("verify", "--image", "lab/x:v1", "--key", "cosign.pub", "--no-engine-setup")
+    assert done.returncode == 2 and "'lab/x:v1' names no registry (docker would pull it from Docker Hub)" in done.stderr
