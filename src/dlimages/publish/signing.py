@@ -148,6 +148,8 @@ class Trust:
             )
         if key and identity:
             problems.append(Problem("--identity", "given with --key", "one of them"))
+        if key and "://" not in key and (why := _not_a_public_key(Path(key))):
+            problems.append(Problem(f"--key {key!r}", why, "a cosign public key (cosign.pub), KMS URI or env://VAR"))
         if identity:
             try:
                 re.compile(identity)
@@ -330,6 +332,18 @@ def _signature_problem(done: Result, trust: Trust) -> str:
     if "no matching signatures" in text or "invalid signature" in text or "none of the expected identities" in text:
         return f"signed, but not by {trust.describe()}"
     return f"the signature does not verify: {_cosign_reason(done)}"
+
+
+def _not_a_public_key(path: Path) -> str | None:
+    """Why the file `path` cannot be the public key a signature is checked against (None: it may be one): found
+    before anything is pulled."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as error:
+        return f"cannot be read ({error.strerror})"
+    if "PRIVATE KEY" in text:
+        return "is a private key: verify with its public half (cosign.pub)"
+    return None if "-----BEGIN PUBLIC KEY-----" in text else "is no PEM public key"
 
 
 def _cosign_reason(done: Result) -> str:

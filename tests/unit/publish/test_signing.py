@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -38,12 +40,15 @@ def test_trust_needs_a_key_or_an_identity_and_says_which_flags() -> None:
         signing.Trust.from_flags("k.pub", "^x", None, False, env={})
 
 
-def test_trust_flags_for_a_key_and_for_an_identity() -> None:
-    assert signing.Trust.from_flags("k.pub", None, None, False, env={}).flags() == [
+def test_trust_flags_for_a_key_and_for_an_identity(tmp_path: Path) -> None:
+    public = tmp_path / "k.pub"
+    public.write_text("-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n")
+    assert signing.Trust.from_flags(str(public), None, None, False, env={}).flags() == [
         "--key",
-        "k.pub",
+        str(public),
         "--insecure-ignore-tlog=true",
     ]
+    assert signing.Trust.from_flags("env://K", None, None, False, env={}).flags()[:2] == ["--key", "env://K"]
     keyless = signing.Trust.from_flags(None, None, None, False, env={signing.IDENTITY_ENV: "^https://github"})
     assert keyless.flags() == [
         "--certificate-identity-regexp",
@@ -51,6 +56,19 @@ def test_trust_flags_for_a_key_and_for_an_identity() -> None:
         "--certificate-oidc-issuer",
         signing.GITHUB_ISSUER,
     ]
+
+
+def test_a_verify_key_that_is_no_public_key_is_refused_before_any_pull(tmp_path: Path) -> None:
+    # Before: found by cosign after the image was pulled, with a reason that pointed elsewhere.
+    (tmp_path / "cosign.key").write_text("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nx\n")
+    (tmp_path / "notes.txt").write_text("hello\n")
+    for name, says in (
+        ("missing.pub", "cannot be read (No such file or directory)"),
+        ("cosign.key", "is a private key: verify with its public half (cosign.pub)"),
+        ("notes.txt", "is no PEM public key"),
+    ):
+        with pytest.raises(InputError, match=re.escape(says)):
+            signing.Trust.from_flags(str(tmp_path / name), None, None, False, env={})
 
 
 @pytest.mark.parametrize(
