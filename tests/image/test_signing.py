@@ -120,7 +120,7 @@ def images(setup: dict[str, Path]) -> Iterator[dict[str, str]]:
     yield made
     # Every image of this run, under any name: the local tags, and what pushes and verify pulled from the registries.
     listed = RUNNER.docker("image", "ls", "--format", "{{.Repository}} {{.ID}}").out.split("\n")
-    ids = {line.split()[1] for line in listed if line.split() and line.split()[0].endswith(NAME)}
+    ids = {line.split()[1] for line in listed if line.split() and NAME in line.split()[0]}
     if ids:
         RUNNER.docker("image", "rm", "--force", *sorted(ids))
 
@@ -290,8 +290,50 @@ def test_an_sbom_that_does_not_match_the_image_fails(
     assert good != extra
     done = verify(extra, setup["ours"])
     assert done.returncode == 1
-    assert "the SBOM does not describe this image" in done.stderr
+    assert "the attestations do not describe this image" in done.stderr
     assert "in the image, not in the SBOM: dlimages-extra=1.0" in done.stderr
+
+
+@pytest.mark.parametrize("change", ["purl", "duplicate", "malformed", "base"])
+def test_signed_attestations_that_do_not_describe_the_image_to_the_purl_fail_without_a_traceback(
+    change: str, registries: dict[str, str], images: dict[str, str], setup: dict[str, Path], tmp_path: Path
+) -> None:
+    """Signed by our key, made from this very image, then changed: a Debian purl as it was before the os-release fix
+    (pkg:deb/linux), a component listed twice, a document of another shape, another base in the provenance. Before,
+    verify compared names and versions only (the first two passed), crashed on the third and never read the base."""
+    from dlimages.publish.signing import image_facts
+
+    alone = f"{NAME}-attest-{change}:v1"  # a repository of its own: its attestations stay its own
+    docker("tag", images["good"], alone)
+    ref = push(alone, registries["open"], tmp_path, "--no-sign")
+    digest = f"{ref.rsplit(':', 1)[0]}@{digest_of(ref)}"
+    facts = image_facts(alone, REPO)
+    sbom, provenance = json.loads(attest.sbom(facts)), json.loads(attest.provenance(facts))
+    deb = next(c for c in sbom["components"] if c.get("purl", "").startswith("pkg:deb/"))
+    if change == "purl":
+        deb["purl"] = deb["purl"].replace("pkg:deb/debian/", "pkg:deb/linux/").split("&distro=")[0] + "&distro=linux-"
+    elif change == "duplicate":
+        sbom["components"].append(dict(deb))
+    elif change == "malformed":
+        sbom = {"components": "none"}
+    else:
+        provenance["buildDefinition"]["internalParameters"]["BASE_NAME"] = "docker.io/library/debian:12"
+    key = ["--key", str(setup["ours"]), "--tlog-upload=false", "--allow-http-registry", "--yes"]
+    cosign("sign", *key, digest, folder=tmp_path)
+    for kind, document in ((attest.SBOM_TYPE, sbom), (attest.PROVENANCE_TYPE, provenance)):
+        (tmp_path / kind).write_text(json.dumps(document))
+        cosign(
+            "attest", *key, "--replace", "--type", kind, "--predicate", str(tmp_path / kind), digest, folder=tmp_path
+        )
+    done = verify(ref, setup["ours"])
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    says = {
+        "purl": "components whose purl, version or hashes differ: pkg:deb/debian/",
+        "duplicate": "components listed twice: pkg:deb/debian/",
+        "malformed": "an SBOM that is no CycloneDX document of ours",
+        "base": "the provenance names the base docker.io/library/debian:12",
+    }[change]
+    assert "the attestations do not describe this image" in done.stderr and says in done.stderr, done.stderr
 
 
 def test_a_missing_attestation_fails(

@@ -24,7 +24,8 @@ BUILD_TYPE = "urn:dlimages:build:cell:v1"  # a cell's Dockerfile under images/, 
 DPKG_STATUS = "/var/lib/dpkg/status"
 OS_RELEASE = "/etc/os-release"
 PYTHON_LOCK = "/opt/venv/requirements.lock"
-IMAGE_FILES = (DPKG_STATUS, OS_RELEASE, PYTHON_LOCK)  # what the SBOM is made from and checked against
+IMAGE_FILES = (DPKG_STATUS, OS_RELEASE, PYTHON_LOCK)
+BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"  # what the SBOM is made from and checked against
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
@@ -175,7 +176,7 @@ def epoch_of(created: str) -> int:
 
 
 def _base_digest(labels: Mapping[str, str]) -> str:
-    digest = labels.get("org.opencontainers.image.base.digest", "")
+    digest = labels.get(BASE_DIGEST_LABEL, "")
     return digest if re.fullmatch(r"sha256:[0-9a-f]{64}", digest) else ""
 
 
@@ -219,3 +220,62 @@ def _pins(packages: Mapping[str, str], names: Iterable[str]) -> list[str]:
 def _some(items: list[str], shown: int = 5) -> str:
     more = len(items) - shown
     return ", ".join(items[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def attestation_problems(
+    sboms: Iterable[object], provenances: Iterable[object], files: Mapping[str, str | None], labels: Mapping[str, str]
+) -> list[str]:
+    """Why the signed SBOMs and provenances do not describe the image whose files and labels are given (empty:
+    they do). An SBOM must list exactly the components this image's files give (`sbom`): every name, version,
+    purl and hash, each once; a provenance must name the image's commit and, where the image records one, its
+    base by name and digest. A document of another shape is a problem, never a crash."""
+    expected = _components(json.loads(sbom(ImageFacts(labels, "", files))))
+    problems: list[str] = []
+    for document in sboms:
+        try:
+            problems += sbom_mismatch(document, files) or _differ(_components(document), expected)  # type: ignore[arg-type]
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            problems.append(f"an SBOM that is no CycloneDX document of ours ({type(error).__name__}: {error})")
+    revision = labels.get("org.opencontainers.image.revision", "unknown")
+    base = labels.get("org.opencontainers.image.base.name", ""), _base_digest(labels)
+    for document in provenances:
+        try:
+            definition = document["buildDefinition"]  # type: ignore[index]
+            dependencies = {d["name"]: d for d in definition["resolvedDependencies"]}
+            internal = definition["internalParameters"]
+        except (KeyError, TypeError) as error:
+            problems.append(f"a provenance that is no SLSA v1 document of ours ({type(error).__name__}: {error})")
+            continue
+        commit = dependencies.get("source", {}).get("digest", {}).get("gitCommit")
+        if commit != revision:
+            problems.append(f"the provenance names commit {commit}, the image's label {revision}")
+        said = internal.get("BASE_NAME", ""), internal.get("BASE_DIGEST", "")
+        recorded = dependencies.get("base", {}).get("digest", {}).get("sha256")
+        if said != base or (base[1] and recorded != base[1].split(":")[1]):
+            problems.append(
+                f"the provenance names the base {'@'.join(filter(None, said))}, the image's labels {'@'.join(base)}"
+            )
+    return problems
+
+
+def _components(document: Mapping[str, Any]) -> list[dict[str, Any]]:
+    components = document["components"]
+    if not isinstance(components, list) or not all(isinstance(c, dict) for c in components):
+        raise TypeError("its components are not a list of objects")
+    return components
+
+
+def _differ(signed: list[dict[str, Any]], expected: list[dict[str, Any]]) -> list[str]:
+    """How the SBOM's components differ from those the image's files give: each by its bom-ref, compared whole."""
+    problems = []
+    refs = [str(c.get("bom-ref")) for c in signed]
+    if twice := sorted({ref for ref in refs if refs.count(ref) > 1}):
+        problems.append(f"components listed twice: {_some(twice)}")
+    have, want = {str(c.get("bom-ref")): c for c in signed}, {str(c["bom-ref"]): c for c in expected}
+    if extra := sorted(set(have) - set(want)):
+        problems.append(f"components this image's files do not give: {_some(extra)}")
+    if missing := sorted(set(want) - set(have)):
+        problems.append(f"components missing: {_some(missing)}")
+    if changed := sorted(ref for ref in set(have) & set(want) if have[ref] != want[ref]):
+        problems.append(f"components whose purl, version or hashes differ: {_some(changed)}")
+    return problems

@@ -250,23 +250,22 @@ def verify(
             raise SigningError(f"{ref}: no {kind} attestation signed by {trust.describe()}: {_cosign_reason(found)}")
         predicates[kind] = _predicates(found.out, ref)
     files = read_files(ref, runner)
-    for document in predicates[attest.SBOM_TYPE]:
-        problems = attest.sbom_mismatch(document, files)
-        if problems:
-            raise SigningError(f"{ref}: the SBOM does not describe this image: " + "; ".join(problems))
     labels = dict((_inspect(ref, runner).get("Config") or {}).get("Labels") or {})
+    problems = attest.attestation_problems(
+        predicates[attest.SBOM_TYPE], predicates[attest.PROVENANCE_TYPE], files, labels
+    )
+    if problems:
+        raise SigningError(f"{ref}: the attestations do not describe this image: " + "; ".join(problems))
     revision = labels.get("org.opencontainers.image.revision", "unknown")
-    for document in predicates[attest.PROVENANCE_TYPE]:
-        commits = [d.get("digest", {}).get("gitCommit") for d in document["buildDefinition"]["resolvedDependencies"]]
-        if revision not in commits:
-            raise SigningError(f"{ref}: the provenance names commit {commits[0]}, the image's label {revision}")
-    sbom = predicates[attest.SBOM_TYPE][0]
+    components = json.loads(attest.sbom(attest.ImageFacts(labels, "", files)))["components"]  # the SBOM's, checked
     counts = {
-        kind: sum(str(c.get("purl", "")).startswith(f"pkg:{kind}/") for c in sbom["components"])
-        for kind in ("pypi", "deb")
+        kind: sum(str(c.get("purl", "")).startswith(f"pkg:{kind}/") for c in components) for kind in ("pypi", "deb")
     }
-    internal = predicates[attest.PROVENANCE_TYPE][0]["buildDefinition"]["internalParameters"]
-    base = "@".join(part for part in (internal["BASE_NAME"], internal["BASE_DIGEST"]) if part) or "none recorded"
+    base_name, base_digest = (
+        labels.get("org.opencontainers.image.base.name", ""),
+        labels.get(attest.BASE_DIGEST_LABEL, ""),
+    )
+    base = "@".join(part for part in (base_name, base_digest) if part) or "none recorded"
     return Verified(
         ref,
         (

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from cyclonedx.schema import SchemaVersion
@@ -156,3 +158,59 @@ def test_an_image_without_python_has_an_sbom_without_python() -> None:
 )
 def test_epoch_of_reads_rfc3339(created: str, epoch: int) -> None:
     assert attest.epoch_of(created) == epoch
+
+
+def signed() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The SBOM and provenance a push attaches for FACTS, parsed as `verify` reads them back."""
+    return json.loads(attest.sbom(FACTS)), json.loads(attest.provenance(FACTS))
+
+
+def test_the_attestations_a_push_made_describe_the_image() -> None:
+    sbom, provenance = signed()
+    assert attest.attestation_problems([sbom], [provenance], FILES, LABELS) == []
+
+
+def edited(change: Callable[[dict[str, Any], dict[str, Any]], None]) -> list[str]:
+    sbom, provenance = signed()
+    change(sbom, provenance)
+    return attest.attestation_problems([sbom], [provenance], FILES, LABELS)
+
+
+def component(sbom: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in sbom["components"] if c["name"] == name)
+
+
+def test_what_the_sbom_says_of_each_component_is_compared_whole() -> None:
+    """Before: only names and versions were compared; a wrong purl, a changed hash, a package listed twice passed."""
+    wrong_purl = "pkg:deb/linux/zlib1g@1%3A1.2.13.dfsg-1?arch=amd64&distro=linux-"
+    [said] = edited(lambda s, _: component(s, "zlib1g").update(purl=wrong_purl))
+    zlib = "pkg:deb/debian/zlib1g@1%3A1.2.13.dfsg-1?arch=amd64&distro=debian-12"
+    assert said == f"components whose purl, version or hashes differ: {zlib}"
+    [said] = edited(lambda s, _: component(s, "anyio")["hashes"][0].update(content="0" * 64))
+    assert said == "components whose purl, version or hashes differ: pkg:pypi/anyio@4.16.0"
+    [said] = edited(lambda s, _: s["components"].append(dict(component(s, "anyio"))))
+    assert said == "components listed twice: pkg:pypi/anyio@4.16.0"
+
+
+def test_the_provenance_must_name_the_images_commit_and_base() -> None:
+    def other_base(_: dict[str, Any], provenance: dict[str, Any]) -> None:
+        provenance["buildDefinition"]["internalParameters"]["BASE_DIGEST"] = "sha256:" + "0" * 64
+
+    [said] = edited(other_base)  # before: "the base is checked", said the code, and it never was
+    assert said.startswith("the provenance names the base docker.io/library/ubuntu:22.04@sha256:0000")
+
+    def other_commit(_: dict[str, Any], provenance: dict[str, Any]) -> None:
+        provenance["buildDefinition"]["resolvedDependencies"][0]["digest"]["gitCommit"] = "2" * 40
+
+    assert edited(other_commit) == [f"the provenance names commit {'2' * 40}, the image's label {'1' * 40}"]
+
+
+def test_a_malformed_signed_document_is_a_problem_not_a_crash() -> None:
+    # Before: a signed attestation of another shape ended `verify` in a traceback.
+    problems = attest.attestation_problems([{"components": "x"}, []], [{}, {"buildDefinition": None}], FILES, LABELS)
+    assert [p.split(" (")[0] for p in problems] == [
+        "an SBOM that is no CycloneDX document of ours",
+        "an SBOM that is no CycloneDX document of ours",
+        "a provenance that is no SLSA v1 document of ours",
+        "a provenance that is no SLSA v1 document of ours",
+    ]
