@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import free_port, require_engine
@@ -114,7 +115,9 @@ def images(setup: dict[str, Path]) -> Iterator[dict[str, str]]:
         (context / "stand-in").write_text(STAND_IN)
         (context / "extra.deb").write_bytes((setup["folder"] / "extra.deb").read_bytes())
         copy = "COPY --chmod=0755 stand-in /usr/local/bin/dl-smoke\nCOPY --chmod=0755 stand-in /usr/local/bin/dl-bench"
-        (context / "Dockerfile").write_text("\n".join([f"FROM {BASE}", copy, *lines]) + "\n")
+        # Labels as a cell's: the image's own version is its tag (verify checks the name against them).
+        label = f"LABEL io.dlimages.cell={kind} org.opencontainers.image.version={kind}"
+        (context / "Dockerfile").write_text("\n".join([f"FROM {BASE}", copy, label, *lines]) + "\n")
         made[kind] = f"{NAME}:{kind}"
         docker("buildx", "build", "--load", "--provenance=false", "--tag", made[kind], str(context))
     yield made
@@ -234,6 +237,53 @@ def test_a_signing_key_that_does_not_load_stops_the_push_before_anything_is_sent
     accept = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
     asked = RUNNER(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", f"Accept: {accept}", manifest])
     assert asked.out == "404", f"the registry has {NAME}:{tag}: {asked.out}"
+
+
+def skopeo_copy(source: str, target: str) -> None:
+    """What anyone with write access to the registry, and no key, can do: put an image under another tag."""
+    argv = ["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false"]
+    done = RUNNER([*argv, f"docker://{source}", f"docker://{target}"], timeout=300)
+    assert done.ok, done.err
+
+
+def test_a_signed_image_under_another_cells_tag_an_older_release_or_another_repository_is_refused(
+    registries: dict[str, str], setup: dict[str, Path], tmp_path: Path
+) -> None:
+    """Finding 1: one cell's signed image copied with its signature under another cell's tag verified, smoke ran
+    it; anyone who can write to the registry could roll a tag back to an older signed build. Now the name must hold
+    the image its labels say: the cell matrix.yaml gives the tag, this release's version, the signed repository."""
+    from dlimages.generate.project import Project
+
+    a, b = [c for c in Project(REPO).expansion.cells if c.framework == "pytorch"][:2]
+    registry, key = registries["open"], str(setup["ours"])
+
+    def signed(cell: Any, version: str) -> str:
+        """An image labelled as `cell` of the release `version` names, pushed under its own tag and signed."""
+        context = tmp_path / version
+        context.mkdir()
+        labels = f"LABEL io.dlimages.cell={cell.slug} org.opencontainers.image.version={version}"
+        (context / "Dockerfile").write_text(f"FROM {BASE}\n{labels}\n")
+        local = f"{NAME}/{cell.image}:{version}"  # under the matrix's name, below a prefix of this test's own
+        docker("buildx", "build", "--load", "--provenance=false", "--tag", local, str(context))
+        return push(local, registry, tmp_path, "--sign-key", key)
+
+    a_ref = signed(a, a.immutable_tag)
+    assert verify(a_ref, setup["ours"]).returncode == 0  # its own name: verified
+    b_ref = f"{registry}/{NAME}/{b.image}:{b.immutable_tag}"
+    skopeo_copy(a_ref, b_ref)  # substituted: a's image, signed, under b's tag
+    done = verify(b_ref, setup["ours"])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"names the cell {b.slug} ({b.immutable_tag}), but the image is {a.slug} ({a.immutable_tag})" in done.stderr
+    older = signed(a, a.immutable_tag.replace(a.immutable_tag.split("-", 1)[0], "v0.9", 1))
+    assert verify(older, setup["ours"]).returncode == 0
+    skopeo_copy(older, a_ref)  # rolled back: the older release's signed build under this release's tag
+    done = verify(a_ref, setup["ours"])
+    assert done.returncode == 1 and f"names the cell {a.slug} ({a.immutable_tag}), but the image is" in done.stderr
+    elsewhere = f"{registry}/{NAME}-copy/{a.image}:{a.immutable_tag}"
+    cosign("copy", "--allow-http-registry", older, elsewhere, folder=tmp_path)  # image and signature, elsewhere
+    done = verify(elsewhere, setup["ours"])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"signed as {older.rsplit(':', 1)[0]}, not as {elsewhere.rsplit(':', 1)[0]}" in done.stderr
 
 
 def test_an_unsigned_image_fails(

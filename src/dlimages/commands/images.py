@@ -20,6 +20,7 @@ from dlimages.core.errors import InputError, Problem
 from dlimages.core.imagestore import CONTAINERD, image_store
 from dlimages.core.references import names_registry
 from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.generate.project import Project
 from dlimages.gpu import inimage
 from dlimages.model import tags as tag_rules
 from dlimages.publish import reportdiff
@@ -27,7 +28,7 @@ from dlimages.publish.daemonregistry import insecure_registry
 from dlimages.publish.push import PushError, PushInterrupted, push_image
 from dlimages.publish.pushplan import plan_push, retries_from_flag
 from dlimages.publish.report import build_report, image_manifest, report_target, stored_layers, write_report
-from dlimages.publish.signing import NO_VERIFY_SKIPS, Signing, SigningError, Trust, sign_pushed
+from dlimages.publish.signing import NO_VERIFY_SKIPS, Signing, SigningError, Trust, Verified, sign_pushed
 from dlimages.publish.signing import verify as verify_image
 from dlimages.publish.zstdpush import COMPRESSIONS, Archives
 
@@ -153,13 +154,24 @@ def verify(
     trust = Trust.from_flags(key, identity, issuer, tlog)
     engine(root, no_engine_setup, need=Need.DOCKER)
     try:
-        verified = verify_image(ref, trust, RUNNER)
+        verified = _verified(root, ref, trust)
     except SigningError as error:
         raise Failed(f"error: does not verify: {error}", code=1) from None
     return "\n".join([*verified.lines, f"verified {verified.ref}"])
 
 
-def _runnable(refs: Sequence[str], trust: Trust | None) -> list[str]:
+def _verified(root: Path, ref: str, trust: Trust) -> Verified:
+    """signing.verify, then the name: the image must be what `ref` names in matrix.yaml (tags.name_problems: a
+    signed image of another cell, or of another release, under this tag is refused)."""
+    verified = verify_image(ref, trust, RUNNER)
+    asked = ref.split("@", 1)[0].split("/", 1)[1]  # its registry dropped: the matrix names images without one
+    problems = tag_rules.name_problems(asked, verified.labels, Project(root).expansion.cells)
+    if problems:
+        raise SigningError(f"{verified.ref}: " + "; ".join(problems))
+    return verified
+
+
+def _runnable(root: Path, refs: Sequence[str], trust: Trust | None) -> list[str]:
     """What to run for each ref: the verified REPOSITORY@DIGEST; the ref itself with --no-verify (trust None);
     a local image (no registry in its name: nothing signed it) by its image ID, so no tag can move under the run."""
     runnable = []
@@ -176,7 +188,7 @@ def _runnable(refs: Sequence[str], trust: Trust | None) -> list[str]:
             runnable.append(image_id)
         else:
             try:
-                verified = verify_image(ref, trust, RUNNER)
+                verified = _verified(root, ref, trust)
             except SigningError as error:
                 raise Failed(f"error: refused, does not verify: {error}", code=1) from None
             say("\n".join([*verified.lines, f"verified {verified.ref}"]))
@@ -203,7 +215,7 @@ def smoke(
     refs = inimage.check_images(image)
     trust = _trust(refs, key, identity, issuer, tlog, no_verify)
     engine(root, no_engine_setup, need=Need.DOCKER)
-    runs = dict(zip(refs, _runnable(refs, trust), strict=True))
+    runs = dict(zip(refs, _runnable(root, refs, trust), strict=True))
     codes = {
         ref: inimage.run_in_image(RUNNER, run, ["dl-smoke"], gpus=not no_gpus, on_line=say) for ref, run in runs.items()
     }
@@ -236,7 +248,7 @@ def bench(
     command = inimage.bench_command(batch_size, modes or None, gpus)  # exit 2 here, not "skipped" in the image
     trust = _trust([ref], key, identity, issuer, tlog, no_verify)
     engine(root, no_engine_setup, need=Need.DOCKER)
-    [run] = _runnable([ref], trust)
+    [run] = _runnable(root, [ref], trust)
     code = inimage.run_in_image(RUNNER, run, command, gpus=True, on_line=say)
     if code:
         raise Failed(f"{ref}: dl-bench exit {code} ({inimage.meaning(code)})", code=code)

@@ -154,3 +154,43 @@ def duplicate_refs(cells: Iterable[Tagged]) -> list[Problem]:
                 )
             seen[ref] = cell.slug
     return problems
+
+
+class _Tagged(Protocol):
+    @property
+    def slug(self) -> str: ...
+    @property
+    def immutable_tag(self) -> str: ...
+    @property
+    def refs(self) -> tuple[str, ...]: ...
+
+
+CELL_LABEL, VERSION_LABEL = "io.dlimages.cell", "org.opencontainers.image.version"
+REVISION_LABEL = "org.opencontainers.image.revision"
+
+
+def name_problems(asked: str, labels: Mapping[str, str], cells: Iterable[_Tagged]) -> list[str]:
+    """Why the image under `asked` (REPOSITORY:TAG, its registry already dropped; a registry's own path prefix is
+    allowed, as a mirror adds one) is not what that name stands for: its labels (cell, version) must be those of
+    the cell matrix.yaml gives the tag (an immutable tag, the release tag or an alias: a moving tag is checked
+    against the cell it points to); a tag matrix.yaml does not give must be the image's own version, or that
+    version with the commit appended (a branch build, `commit_ref`). Empty when the name holds; a digest without a
+    tag names nothing more than its content."""
+    asked = asked.split("@", 1)[0]
+    tag = asked.rsplit(":", 1)[1] if ":" in asked.rsplit("/", 1)[-1] else None
+    if tag is None:
+        return []
+    cell, version = labels.get(CELL_LABEL, ""), labels.get(VERSION_LABEL, "")
+    meant = [c for c in cells if any(asked == ref or asked.endswith(f"/{ref}") for ref in c.refs)]
+    if meant:
+        want = meant[0]
+        if (cell, version) == (want.slug, want.immutable_tag):
+            return []
+        return [
+            f"{asked} names the cell {want.slug} ({want.immutable_tag}), but the image is "
+            f"{cell or 'no cell'} ({version or 'no version label'}): another image under this name"
+        ]
+    branch_build = f"{version}-{labels.get(REVISION_LABEL, '')[:COMMIT_DIGITS]}"
+    if version and cell and version.endswith(cell) and tag in (version, branch_build):
+        return []
+    return [f"{asked}: the tag {tag} names no cell of {MATRIX_FILE}, nor the image's version ({version or 'none'})"]

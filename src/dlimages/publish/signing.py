@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dlimages.core.errors import InputError, Problem
-from dlimages.core.references import split_tag
+from dlimages.core.references import names_registry, split_tag
 from dlimages.core.runner import DEFAULT, Result, Runner, run_folder
 from dlimages.publish import attest
 from dlimages.publish.audit import VULN_TYPE, Scan, audit
@@ -151,10 +151,15 @@ class Trust:
         if key and "://" not in key and (why := _not_a_public_key(Path(key))):
             problems.append(Problem(f"--key {key!r}", why, "a cosign public key (cosign.pub), KMS URI or env://VAR"))
         if identity:
+            anchored = r"a regex anchored at both ends, e.g. ^https://github\.com/ORG/REPO/\.github/workflows/X\.yml@refs/heads/main$"
             try:
                 re.compile(identity)
             except re.error as error:
-                problems.append(Problem("--identity", f"{identity!r} is not a regular expression ({error})", "a regex"))
+                problems.append(Problem("--identity", f"{identity!r} is not a regular expression ({error})", anchored))
+            else:
+                if not (identity.startswith("^") and identity.endswith("$") and not identity.endswith("\\$")):
+                    said = f"{identity!r} is not anchored at both ends (^...$): it would also match other workflows"
+                    problems.append(Problem("--identity", said, anchored))
         if problems:
             raise InputError(problems)
         return cls(key, identity, issuer, tlog)
@@ -174,6 +179,7 @@ class Verified:
 
     ref: str
     lines: tuple[str, ...] = field(default_factory=tuple)
+    labels: Mapping[str, str] = field(default_factory=dict)  # the image's own: what its name is checked against
 
 
 def sign_pushed(
@@ -243,6 +249,11 @@ def verify(
         raise SigningError(
             f"{ref}: {_signature_problem(signed, trust)}{moved if 'no signatures' in signed.err else ''}"
         )
+    repository = split_tag(ref.split("@", 1)[0])[0]
+    signed_as = _signed_repositories(signed.out)
+    if not any(_same_repository(repository, other) for other in signed_as):
+        said = ", ".join(sorted(signed_as)) or "no repository"
+        raise SigningError(f"{ref}: signed as {said}, not as {repository}: a signature copied from elsewhere")
     predicates = {}
     for kind in (attest.SBOM_TYPE, attest.PROVENANCE_TYPE):
         found = _cosign(runner, ["verify-attestation", *trust.flags(), *http, "--type", kind, ref], "", check=False)
@@ -269,11 +280,12 @@ def verify(
     return Verified(
         ref,
         (
-            f"signature: {trust.describe()}",
+            f"signature: {trust.describe()}, as {repository}",
             f"SBOM (CycloneDX): {counts['pypi']} Python packages = {attest.PYTHON_LOCK}, "
             f"{counts['deb']} Debian packages = {attest.DPKG_STATUS}",
             f"provenance (SLSA v1): commit {revision}, base {base}",
         ),
+        labels,
     )
 
 
@@ -331,6 +343,26 @@ def _signature_problem(done: Result, trust: Trust) -> str:
     if "no matching signatures" in text or "invalid signature" in text or "none of the expected identities" in text:
         return f"signed, but not by {trust.describe()}"
     return f"the signature does not verify: {_cosign_reason(done)}"
+
+
+def _signed_repositories(out: str) -> set[str]:
+    """The repositories the signatures `cosign verify` printed (and checked) were made for: each signed payload's
+    critical.identity.docker-reference."""
+    found = set()
+    for line in out.splitlines():
+        try:
+            payloads = json.loads(line) if line.lstrip().startswith("[") else []
+            found |= {str(p["critical"]["identity"]["docker-reference"]) for p in payloads}
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def _same_repository(asked: str, signed: str) -> bool:
+    """Whether `asked` is the repository `signed` names, on its registry or on another one that mirrors it (under
+    the same path, perhaps below a prefix of its own)."""
+    path = signed.split("/", 1)[1] if names_registry(signed) else signed
+    return asked == signed or asked.split("/", 1)[-1] == path or asked.endswith(f"/{path}")
 
 
 def _not_a_public_key(path: Path) -> str | None:

@@ -497,10 +497,11 @@ def test_the_gpu_node_smokes_and_benches_what_the_doctor_says_it_runs_each_verif
     fake(venv, "invoke", f'case "$1" in {doctor} {refuse} esac')
     fake(bin_dir, "docker", 'echo "DOCKER_CONFIG=$DOCKER_CONFIG" >>"$FAKE_LOG"; [ "$1" != login ] || cat >/dev/null')
     env = {"REGISTRIES": "registry.example/team", "OWNER": "lab", "REGISTRY_PASSWORD": "pa55", "REGISTRY_USERNAME": "u"}
-    env["GITHUB_REPOSITORY"] = "lab/dl.images"
+    env["GITHUB_REPOSITORY"], env["DEFAULT_BRANCH"] = "lab/dl.images", "main"
     code, log = run_step(step("gpu", "gpu", "smoke and bench the cells this node runs"), tmp_path, env)
     assert code == 1, log  # two cells failed; the other still ran
-    identity = r"^https://github\.com/lab/dl\.images/\.github/workflows/"
+    # images.yml of this repository, on its default branch, anchored: no other workflow matches.
+    identity = r"^https://github\.com/lab/dl\.images/\.github/workflows/images\.yml@refs/heads/main$"
     x = "registry.example/team/lab/x"
     runs = [c for c in calls(log, "invoke") if c[0] in ("smoke", "bench", "verify")]
     # smoke and bench verify the image themselves (signed keyless by this repository) and run the digest they

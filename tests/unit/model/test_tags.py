@@ -147,3 +147,39 @@ def test_the_ci_flags_go_together_and_each_bad_one_is_named(flags: tuple[str | N
     with pytest.raises(InputError) as caught:
         tags.Origin.from_flags(*flags)
     assert [problem.where for problem in caught.value.problems] == named
+
+
+def _labels(cell: Cell, version: str | None = None, revision: str = "1" * 40) -> dict[str, str]:
+    return {
+        tags.CELL_LABEL: cell.slug,
+        tags.VERSION_LABEL: version or cell.immutable_tag,
+        tags.REVISION_LABEL: revision,
+    }
+
+
+def test_a_name_must_hold_the_image_it_names(real_expansion: Expansion) -> None:
+    """What `verify`, `smoke` and `bench` check after the signature: before, a signed image of one cell copied
+    under another cell's tag verified, and so did an older release's image moved under this release's tag."""
+    default = next(c for c in real_expansion.cells if len(c.refs) > 1)  # has the release tag
+    other = next(c for c in real_expansion.cells if c.image == default.image and c is not default)
+    [immutable, release, *_] = default.refs
+    cells = real_expansion.cells
+    assert tags.name_problems(immutable, _labels(default), cells) == []
+    assert tags.name_problems(release, _labels(default), cells) == []  # a moving tag, at the cell it points to
+    assert tags.name_problems(f"mirror/team/{immutable}", _labels(default), cells) == []  # a mirror's prefix
+    assert tags.name_problems(f"{default.image}@sha256:{'a' * 64}", _labels(other), cells) == []  # content only
+    [swapped] = tags.name_problems(immutable, _labels(other), cells)
+    assert swapped == (
+        f"{immutable} names the cell {default.slug} ({default.immutable_tag}), but the image is {other.slug} "
+        f"({other.immutable_tag}): another image under this name"
+    )
+    assert tags.name_problems(release, _labels(other), cells)  # the release tag moved to another cell
+    older = default.immutable_tag.replace(default.immutable_tag.split("-", 1)[0], "v0.9", 1)
+    assert tags.name_problems(immutable, _labels(default, older), cells)  # rolled back to an older release
+    assert tags.name_problems(f"{default.image}:{older}", _labels(default, older), cells) == []  # its own name
+    branch = f"{immutable}-{'1' * tags.COMMIT_DIGITS}"
+    assert tags.name_problems(branch, _labels(default), cells) == []  # a branch build: its commit appended
+    [stranger] = tags.name_problems(f"{default.image}:latest", _labels(default), cells)
+    assert stranger.endswith(
+        f"the tag latest names no cell of matrix.yaml, nor the image's version ({immutable.split(':')[1]})"
+    )

@@ -49,10 +49,11 @@ def test_trust_flags_for_a_key_and_for_an_identity(tmp_path: Path) -> None:
         "--insecure-ignore-tlog=true",
     ]
     assert signing.Trust.from_flags("env://K", None, None, False, env={}).flags()[:2] == ["--key", "env://K"]
-    keyless = signing.Trust.from_flags(None, None, None, False, env={signing.IDENTITY_ENV: "^https://github"})
+    anchored = r"^https://github\.com/o/r/\.github/workflows/images\.yml@refs/heads/main$"
+    keyless = signing.Trust.from_flags(None, None, None, False, env={signing.IDENTITY_ENV: anchored})
     assert keyless.flags() == [
         "--certificate-identity-regexp",
-        "^https://github",
+        anchored,
         "--certificate-oidc-issuer",
         signing.GITHUB_ISSUER,
     ]
@@ -168,3 +169,24 @@ def test_predicates_are_read_from_dsse_envelopes() -> None:
     assert signing._predicates(f"{line}\n", "r") == [{"bomFormat": "CycloneDX"}]
     with pytest.raises(signing.SigningError, match="printed none"):
         signing._predicates("Verification for r --\n", "r")
+
+
+def test_the_repository_a_signature_was_made_for_is_read_from_what_cosign_verified() -> None:
+    payload = {"critical": {"identity": {"docker-reference": "127.0.0.1:5057/lab/x"}, "image": {}}, "optional": None}
+    out = "\nVerification for 127.0.0.1:5057/lab/x@sha256:... --\n" + json.dumps([payload]) + "\n"
+    assert signing._signed_repositories(out) == {"127.0.0.1:5057/lab/x"}
+    assert signing._signed_repositories("not json\n[broken\n") == set()
+    assert signing._same_repository("127.0.0.1:5057/lab/x", "127.0.0.1:5057/lab/x")
+    assert signing._same_repository("mirror.example/lab/x", "127.0.0.1:5057/lab/x")  # a mirror, same path
+    assert signing._same_repository("mirror.example/team/lab/x", "127.0.0.1:5057/lab/x")  # below its own prefix
+    assert not signing._same_repository("127.0.0.1:5057/lab/y", "127.0.0.1:5057/lab/x")  # copied elsewhere
+    assert not signing._same_repository("127.0.0.1:5057/evil-lab/x", "127.0.0.1:5057/lab/x")
+
+
+@pytest.mark.parametrize(
+    "identity", [r"https://github\.com/o/r/", r"^https://github\.com/o/r/", r"https://github\.com/o/r/.*$", "^x\\$"]
+)
+def test_a_keyless_identity_must_be_anchored_at_both_ends(identity: str) -> None:
+    # Before: `^https://github\.com/o/r/` was taken, and unanchored patterns reached cosign, which matches anywhere.
+    with pytest.raises(InputError, match="is not anchored at both ends"):
+        signing.Trust.from_flags(None, identity, None, False, env={})
