@@ -124,6 +124,11 @@ def end_to_end(root: Path, engine: Path) -> list[Step]:
             for image in (PYTORCH_IMAGE, TENSORFLOW_IMAGE)
         ),
         Step(
+            "a signed image under another repository or another cell's tag does not verify",
+            f"{shlex.quote(sys.executable)} {_q(root / '.ci/substitute.py')} {registry} {PYTORCH_IMAGE} "
+            f"{TENSORFLOW_IMAGE.rsplit(':', 1)[0]} {_q(root / SIGNING / 'cosign.pub')}",
+        ),
+        Step(
             "as an unprivileged user",
             f"bash {_q(root / '.ci/as-user.sh')} {registry} {PYTORCH_IMAGE} {_q(root / SIGNING / 'cosign.pub')} "
             f"{BUILDS[0]}",

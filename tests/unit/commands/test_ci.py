@@ -58,6 +58,14 @@ def test_checks_lint_then_test_and_the_end_to_end_run_builds_before_it_pushes() 
         f"127.0.0.1:{ci.REGISTRY_PORT}/{image}" for image in (ci.PYTORCH_IMAGE, ci.TENSORFLOW_IMAGE)
     ]
     assert min(verified) > push and all(f"--key /repo/{ci.SIGNING}/cosign.pub" in steps[i] for i in verified)
+    # Then the PyTorch image, signed, put under the TensorFlow image's repository and under another cell's tag: it
+    # must not verify (issue 32, finding 1).
+    [swapped] = [i for i, command in enumerate(steps) if ".ci/substitute.py" in command]
+    tensorflow = ci.TENSORFLOW_IMAGE.rsplit(":", 1)[0]
+    registry = f"127.0.0.1:{ci.REGISTRY_PORT}"
+    assert swapped > max(verified) and steps[swapped].endswith(
+        f"/repo/.ci/substitute.py {registry} {ci.PYTORCH_IMAGE} {tensorflow} /repo/{ci.SIGNING}/cosign.pub"
+    )
     # The proof of reproducibility: the classic store's cold build of the PyTorch cell must be the image the
     # containerd store's leg built before it (its config digest, kept in that leg's ledger).
     [same] = [i for i, command in enumerate(steps) if ".ci/same-image.py" in command]
