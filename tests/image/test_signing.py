@@ -299,7 +299,7 @@ def test_a_tag_moved_to_another_manifest_fails(
     registries: dict[str, str], images: dict[str, str], setup: dict[str, Path], tmp_path: Path
 ) -> None:
     registry = registries["open"]
-    moved = f"{NAME}:moved"
+    moved = f"{NAME}-moved:good"  # its own repository, under its own version (verify checks the name)
     docker("tag", images["good"], moved)
     ref = push(moved, registry, tmp_path, "--sign-key", str(setup["ours"]))
     assert verify(ref, setup["ours"]).returncode == 0
