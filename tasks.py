@@ -48,10 +48,6 @@ BUILD_HELP = {
 }
 
 
-def _echo(text: str | None) -> None:
-    commands.echo(text)
-
-
 def command(
     *, help: Mapping[str, str] | None = None, cells: Mapping[str, str] = SELECT_HELP, **options: Any
 ) -> Callable[[Callable[..., None]], Task]:
@@ -69,10 +65,12 @@ def command(
             except errors.InputError as error:
                 raise Exit(error.report(), code=2) from None
             except commands.Failed as failed:
-                _echo(failed.output)
+                commands.echo(failed.output)
                 raise Exit(errors.redact(failed.message), code=failed.code) from None
             except BrokenPipeError:  # `invoke matrix | head`: the reader has what it wanted
                 raise Exit(code=commands.reader_gone()) from None
+            except KeyboardInterrupt:  # Invoke would exit 1 and say nothing
+                raise Exit(f"interrupted: `invoke {run.__name__}` stopped before its end", code=130) from None
 
         flags = commands.flag_parameters(function)
         run.__signature__ = inspect.Signature([inspect.Parameter("c", inspect.Parameter.POSITIONAL_ONLY), *flags])
@@ -93,13 +91,13 @@ def command(
 )
 def matrix(c: Context, **flags: Any) -> None:
     """Show the valid cells of matrix.yaml (or, with --explain, what was excluded and why)."""
-    _echo(commands.matrix(Project(ROOT), **flags))
+    commands.echo(commands.matrix(Project(ROOT), **flags))
 
 
 @command(help={"check": "do not write; fail if images/ is stale or hand-edited"})
 def render(c: Context, **flags: Any) -> None:
     """Render every cell's Dockerfile into images/ (deterministic; nothing written if validation fails)."""
-    _echo(commands.render(Project(ROOT), **flags))
+    commands.echo(commands.render(Project(ROOT), **flags))
 
 
 @command(
@@ -117,7 +115,7 @@ def render(c: Context, **flags: Any) -> None:
 )
 def build(c: Context, **flags: Any) -> None:
     """Build the selected cells (--dry-run prints the commands and tags; --jobs N builds N at once with bake)."""
-    _echo(commands.build(Project(ROOT), **flags))
+    commands.echo(commands.build(Project(ROOT), **flags))
 
 
 @command(
@@ -132,7 +130,7 @@ def build(c: Context, **flags: Any) -> None:
 )
 def bake(c: Context, **flags: Any) -> None:
     """Write a bake file (JSON) with the selected cells' builds, for any buildx builder to run in parallel."""
-    _echo(commands.bake(Project(ROOT), **flags))
+    commands.echo(commands.bake(Project(ROOT), **flags))
 
 
 @command(
@@ -145,7 +143,7 @@ def bake(c: Context, **flags: Any) -> None:
 )
 def repro(c: Context, **flags: Any) -> None:
     """Prove a build reproducible: build it cold twice (or once --against an image) and name every difference."""
-    _echo(commands.repro(Project(ROOT), **flags))
+    commands.echo(commands.repro(Project(ROOT), **flags))
 
 
 @command(
@@ -160,7 +158,7 @@ def repro(c: Context, **flags: Any) -> None:
 )
 def lock(c: Context, **flags: Any) -> None:
     """Resolve each selected cell's complete package set with hashes (uv) into images/<framework>/<cell>/*.lock."""
-    _echo(commands.lock(Project(ROOT), **flags))
+    commands.echo(commands.lock(Project(ROOT), **flags))
 
 
 @command(help={"check": "build the tarball twice and fail unless both, and the image IDs, are identical"})
@@ -172,7 +170,7 @@ def base(c: Context, **flags: Any) -> None:
 @command(help={"to": "the folder to copy into (made if missing)"})
 def apt_repo(c: Context, **flags: Any) -> None:
     """Copy every locked OS package (.deb, checked) into a folder: a repository for --apt-from, offline too."""
-    _echo(commands.apt_repo(Project(ROOT), **flags))
+    commands.echo(commands.apt_repo(Project(ROOT), **flags))
 
 
 @command(
@@ -181,7 +179,7 @@ def apt_repo(c: Context, **flags: Any) -> None:
 )
 def bases_list(c: Context, **flags: Any) -> None:
     """List the base images the selected cells pull and the digests builds pin them to (--lock: refresh them)."""
-    _echo(commands.bases_list(Project(ROOT), **flags))
+    commands.echo(commands.bases_list(Project(ROOT), **flags))
 
 
 @command(
@@ -194,7 +192,7 @@ def bases_list(c: Context, **flags: Any) -> None:
 )
 def bases_mirror(c: Context, **flags: Any) -> None:
     """Copy every base image the selected cells use into a registry of your own (skopeo, all layers, by digest)."""
-    _echo(commands.bases_mirror(Project(ROOT), **flags))
+    commands.echo(commands.bases_mirror(Project(ROOT), **flags))
 
 
 @command(
@@ -219,19 +217,19 @@ def test(c: Context, **flags: Any) -> None:
 )
 def push(c: Context, **flags: Any) -> None:
     """Push built images, verify each digest by pulling it back, sign and attest it, write the build report."""
-    _echo(commands.push(ROOT, **flags))
+    commands.echo(commands.push(ROOT, **flags))
 
 
 @command(help={"image": "the image to verify: REGISTRY/REPOSITORY:TAG (pulled, resolved to its digest) or @sha256:..."})
 def verify(c: Context, **flags: Any) -> None:
     """Check an image's signature, its SBOM against its packages and its provenance; print the verified digest."""
-    _echo(commands.verify(ROOT, **flags))
+    commands.echo(commands.verify(ROOT, **flags))
 
 
 @command(help={"image": "image to smoke-test (repeatable), as bench does", "no_gpus": "without --gpus all (exit 77)"})
 def smoke(c: Context, **flags: Any) -> None:
     """GPU smoke test inside each image: CUDA visible, versions match labels, a real AMP training step."""
-    _echo(commands.smoke(ROOT, **flags))
+    commands.echo(commands.smoke(ROOT, **flags))
 
 
 @command(
@@ -260,13 +258,13 @@ def bench(c: Context, **flags: Any) -> None:
 )
 def doctor(c: Context, **flags: Any) -> None:
     """Tell which images of the matrix will run on this GPU node (or on one described by --gpu/--driver), and how."""
-    _echo(commands.doctor(Project(ROOT), **flags))
+    commands.echo(commands.doctor(Project(ROOT), **flags))
 
 
 @command(help={"need": "exit 1 unless at least this many GB are free on the data root"})
 def disk(c: Context, **flags: Any) -> None:
     """Where the engine keeps its data, what is free, what it holds, and the commands that give space back."""
-    _echo(commands.disk(ROOT, **flags))
+    commands.echo(commands.disk(ROOT, **flags))
 
 
 @command()

@@ -25,12 +25,13 @@ from dlimages.gpu import inimage
 from dlimages.model import tags as tag_rules
 from dlimages.publish import reportdiff
 from dlimages.publish.daemonregistry import insecure_registry
-from dlimages.publish.push import PushError, PushInterrupted, push_image
-from dlimages.publish.pushplan import plan_push, retries_from_flag
+from dlimages.publish.push import PUSH_TIMEOUT_S, PushError, PushInterrupted, push_image
+from dlimages.publish.pushplan import PushResult, plan_push, retries_from_flag
 from dlimages.publish.report import build_report, image_manifest, report_target, stored_layers, write_report
+from dlimages.publish.scratch import Scratch, sweep
 from dlimages.publish.signing import NO_VERIFY_SKIPS, Signing, SigningError, Trust, Verified, sign_pushed
 from dlimages.publish.signing import verify as verify_image
-from dlimages.publish.zstdpush import COMPRESSIONS, Archives
+from dlimages.publish.zstdpush import COMPRESSIONS, Archives, tag_digest
 
 SKOPEO = "`sudo apt-get install skopeo` (Debian 11+, Ubuntu 20.10+), nothing was pushed"
 NOTHING_BUILT = f"no image given and no successful `{usage.BUILD}` recorded"
@@ -93,7 +94,11 @@ def push(
     if layouts and shutil.which("skopeo") is None:
         why = "--compression zstd" if compression == "zstd" else "a push from the containerd image store"
         raise Failed(f"error: {why} copies the compressed layers with skopeo, not installed here: {SKOPEO}", code=2)
-    archives = Archives(root, compression=compression) if layouts else None
+    for line in sweep(root, RUNNER):
+        say(f"removed {line}")
+    scratch = Scratch(root)
+    archives = Archives(scratch.folder / "layouts", compression=compression) if layouts else None
+    stage = signing.enabled and layouts  # to REPOSITORY@DIGEST, tagged once signed: never an unsigned release tag
     try:
         results = push_image(
             refs,
@@ -104,6 +109,8 @@ def push(
             names=names,
             archives=archives,
             configs=ledger.configs(),
+            stage=stage,
+            scratch=scratch,
         )
         manifests = {ref: image_manifest(ref) for ref in dict.fromkeys(r.ref for r in results)}
     except PushInterrupted as stopped:
@@ -111,26 +118,44 @@ def push(
     except PushError as error:
         raise Failed(f"error: {error}\nNothing local was changed.", code=1) from None
     finally:
-        if archives is not None:
-            archives.close()
+        scratch.close()
     insecure = {r.registry for r in results if insecure_registry(r.registry)}
-    for result in results:
-        say(f"pushed {result.remote_ref} {result.digest} (verified by pulling it back)")
+    for r in results:
+        said = f"{r.repository}@{r.digest}, to be tagged {r.tag} once signed" if stage else f"{r.remote_ref} {r.digest}"
+        say(f"pushed {said} (verified by pulling it back)")
     if not signing.enabled:
         why = "--no-sign" if no_sign else "no key and no identity given: --sign-key (or $DLIMAGES_SIGN_KEY), --keyless"
         say(f"not signed, no SBOM or provenance attached ({why})")
     else:
-        try:
-            for line in sign_pushed(results, signing, root):
-                say(line)
-        except SigningError as error:
-            raise Failed(f"error: pushed, but {error}", code=1) from None
+        _sign_and_tag(results, signing, root, stage, insecure)
     try:
         stored = {r.remote_ref: stored_layers(f"{r.repository}@{r.digest}", r.registry in insecure) for r in results}
         write_report(report_path, build_report(results, manifests, ledger.cells_by_ref(), stored))
     except OSError as error:
         raise Failed(f"error: pushed, but the build report {report} could not be written: {error}", code=1) from None
     return f"build report: {report}"
+
+
+def _sign_and_tag(
+    results: Sequence[PushResult], signing: Signing, root: Path, staged: bool, insecure: set[str]
+) -> None:
+    """Sign and attest each pushed digest; a staged push's tags are put on only then, so an interrupted or failed
+    signing leaves the release tag as it was (absent, or the previous signed image)."""
+    untagged = f"; {', '.join(r.remote_ref for r in results)} not tagged: push again" if staged else ""
+    try:
+        for line in sign_pushed(results, signing, root):
+            say(line)
+        for r in results if staged else ():
+            pinned = f"{r.repository}@{r.digest}"
+            tagged = tag_digest(RUNNER, pinned, r.remote_ref, r.registry in insecure, PUSH_TIMEOUT_S)
+            if not tagged.ok:
+                raise Failed(f"error: pushed and signed {pinned}, but tagging it failed: {tagged.last_line}", code=1)
+            say(f"tagged {r.remote_ref} (signed, as {pinned})")
+    except SigningError as error:
+        raise Failed(f"error: pushed, but {error}{untagged}", code=1) from None
+    except KeyboardInterrupt:
+        where = untagged or ": the tags name the unsigned digests"
+        raise Failed(f"interrupted while signing{where}", code=130) from None
 
 
 def verify(

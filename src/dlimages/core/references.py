@@ -119,6 +119,13 @@ def names_registry(ref: str) -> bool:
     return bool(slash) and ("." in first or ":" in first or first == "localhost")
 
 
+def registry_of(ref: str) -> str:
+    """The registry host `ref` is pulled from, as Docker reads it ("docker.io" when it names none); a transport
+    prefix (docker://) is dropped."""
+    ref = ref.split("://", 1)[-1]
+    return ref.partition("/")[0] if names_registry(ref) else "docker.io"
+
+
 def split_tag(ref: str) -> tuple[str, str | None]:
     """("host:5000/a/b:t") -> ("host:5000/a/b", "t"): a ':' after the last '/' starts the tag."""
     slash = ref.rfind("/")

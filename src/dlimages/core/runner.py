@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from dlimages.core import watch
 from dlimages.core.engines import Engine, Need, read_engine
 
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -132,6 +133,19 @@ class Runner:
         except OSError as error:
             return Result(args, NOT_FOUND, "", f"cannot run {args[0]}: {error}", missing=True)
         return Result(args, done.returncode, done.stdout or "", done.stderr or "")
+
+    def watched(self, argv: Sequence[str], wait: watch.Wait, *, env: Mapping[str, str] | None = None) -> Result:
+        """A command that waits on a network (core.watch): progress while it runs, stopped when it hears nothing
+        for a while, its output (stdout and stderr together) in `out`, and in `err` too when it failed. A runner
+        built on a fake `run` (unit tests) runs it as any other command."""
+        if self.run is not subprocess.run:
+            return self(argv, timeout=wait.timeout, env=env, stdin=None if wait.tty else "")  # cosign: no terminal
+        args = tuple(argv)
+        done = watch.watch(args, wait, env)
+        if done.code is None:
+            missing = done.stopped.startswith("cannot run")
+            return Result(args, NOT_FOUND if missing else TIMED_OUT, done.output, done.stopped, not missing, missing)
+        return Result(args, done.code, done.output, done.output if done.code else "")
 
     def docker(self, *args: str, timeout: float = TIMEOUT_S, stdin: str | None = None) -> Result:
         return self(["docker", *args], timeout=timeout, stdin=stdin)

@@ -29,6 +29,7 @@ from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.imagestore import CONTAINERD, config_digest, image_store
 from dlimages.core.runner import DEFAULT, NOT_FOUND, TIMED_OUT, Result, Runner
+from dlimages.core.watch import Wait
 from dlimages.publish.daemonregistry import registry_config
 from dlimages.publish.interrupts import PushSignals
 from dlimages.publish.pushplan import (
@@ -43,6 +44,7 @@ from dlimages.publish.pushplan import (
     parse_remote_tag,
     plan_push,
 )
+from dlimages.publish.scratch import Scratch, untag
 from dlimages.publish.zstdpush import Archives, push_zstd
 
 Sleep = Callable[[float], None]
@@ -112,6 +114,8 @@ def push_image(
     out: TextIO | None = None,
     archives: Archives | None = None,
     configs: Mapping[str, str] | None = None,
+    stage: bool = False,
+    scratch: Scratch | None = None,
 ) -> list[PushResult]:
     """Push every local ref to every registry and prove each push by pulling its digest back.
 
@@ -148,6 +152,7 @@ def push_image(
     signals = PushSignals()
     settings = _Settings(runner, sleep, retries, backoff, timeout, signals, sys.stdout if out is None else out)
     settings.archives, settings.configs = archives, dict(configs or {})
+    settings.stage, settings.scratch = stage and archives is not None, scratch
     results: list[PushResult] = []
     with signals.installed():
         try:
@@ -192,6 +197,8 @@ class _Settings:
     archives: Archives | None = None  # zstd, or the containerd store: the compressed layouts skopeo pushes from
     store: str = ""  # the engine's image store (core.imagestore), read once, when needed
     configs: dict[str, str | None] = field(default_factory=dict)  # local ID -> config digest
+    stage: bool = False  # layouts go to REPOSITORY@DIGEST only, to be tagged once signed (zstdpush.push_zstd)
+    scratch: Scratch | None = None  # where a temporary tag is noted before it is made
 
     def image_store(self) -> str:
         if not self.store:
@@ -209,16 +216,6 @@ class _Settings:
             self.configs[local_id] = config_digest(ref, self.runner, CONTAINERD)
         return self.configs[local_id]
 
-    def pulled_copy(self, target: PushTarget, other: str, local_id: str) -> bool:
-        """Whether the local image `other` (an ID) under the registry's name is the image as the registry gave it
-        back (`invoke verify` pulls the tag): on the containerd store another manifest, its layers compressed, of
-        the same config. The registry says which config that manifest names, else `docker save` does."""
-        if self.image_store() != CONTAINERD:
-            return False
-        config = self.remote_config(target.registry, f"{target.repository}@{other}")
-        config = config or config_digest(target.remote_ref, self.runner, CONTAINERD)
-        return config == self.config_of(target.ref, local_id)
-
     def remote_config(self, registry: str, pinned: str) -> str | None:
         """The config digest of the image a registry serves under `pinned` (REPOSITORY@sha256:...)."""
         insecure = ["--insecure"] if self.insecure(registry) else []
@@ -226,8 +223,12 @@ class _Settings:
         remote = parse_remote_tag(looked.last.out) if looked.ok else None
         return remote.image_id if remote is not None else None
 
-    def with_retries(self, argv: list[str], timeout: float | None = None) -> _Outcome:
+    def with_retries(self, argv: list[str], timeout: float | None = None, wait: str = "") -> _Outcome:
+        """argv, tried again as `_with_retries` says; watched (core.watch) when it waits on `wait`, a registry."""
+
         def once(_attempt: int) -> Result:
+            if wait:
+                return self.runner.watched(argv, Wait(" ".join(argv[:3]), wait, timeout or self.timeout))
             return self.runner(argv, timeout=timeout or self.timeout)
 
         return _with_retries(once, self.retries, self.backoff, self.sleep)
@@ -249,7 +250,7 @@ class _Settings:
 
             def once(_attempt: int) -> Result:
                 return push_zstd(
-                    self.runner, archive, target.ref, target.remote_ref, target.tag, insecure, self.timeout
+                    self.runner, archive, target.ref, target.remote_ref, target.tag, insecure, self.timeout, self.stage
                 )
 
             return _with_retries(once, self.retries, self.backoff, self.sleep)
@@ -306,8 +307,9 @@ def _push_one(
     """The result, and whether the registry's other refs are not worth trying (credentials refused, unreachable)."""
     runner, ref, remote, result = settings.runner, target.ref, target.remote_ref, target.result
 
-    existing = runner.image_id(remote)
-    if existing is not None and existing != local_id and not settings.pulled_copy(target, existing, local_id):
+    # skopeo pushes layouts, not local names: no temporary tag to make, nor one to adopt
+    existing = runner.image_id(remote) if settings.archives is None else local_id
+    if existing is not None and existing != local_id:
         return result(f"{remote} already tags another local image ({existing[:19]}); remove that tag first"), False
     if immutable:
         refused, give_up, attempts = _immutable_tag_problem(target, local_id, settings)
@@ -316,17 +318,20 @@ def _push_one(
     made_tag = existing is None
     try:
         if made_tag:
+            if settings.scratch is not None:
+                settings.scratch.note_tag(remote, ref, local_id)
             done = runner(["docker", "tag", ref, remote], timeout=INSPECT_TIMEOUT_S)
             if not done.ok:
                 return result(f"`docker tag {ref} {remote}` failed: {done.last_line}"), False
         pushed, give_up = _push_tagged(target, local_id, settings)
     except KeyboardInterrupt:
         with signals.cleanup():
-            left = _untag(runner, ref, remote, local_id) if made_tag else None
-        note = left or (f"the temporary tag {remote} was removed" if made_tag else f"{remote} was tagged before: kept")
+            left = untag(runner, ref, remote, local_id) if made_tag else None
+        kept = "no local tag was made" if settings.archives is not None else f"{remote} was tagged before: kept"
+        note = left or (f"the temporary tag {remote} was removed" if made_tag else kept)
         raise _Interrupted(target, note) from None
     with signals.cleanup():
-        left = _untag(runner, ref, remote, local_id) if made_tag else None
+        left = untag(runner, ref, remote, local_id) if made_tag else None
     if left:
         pushed = dataclasses.replace(pushed, error=f"{pushed.error}; {left}" if pushed.error else left)
     return pushed, give_up
@@ -395,7 +400,7 @@ def _push_tagged(target: PushTarget, local_id: str, settings: _Settings) -> tupl
     # Layers are not downloaded again (they are local); the registry refused the manifest had any been missing.
     started = time.monotonic()
     pinned = f"{target.repository}@{digest}"
-    pulled = settings.with_retries(["docker", "pull", pinned])
+    pulled = settings.with_retries(["docker", "pull", pinned], wait=registry)
     pulled_id = runner.image_id(pinned) if pulled.ok else None
     verify_seconds = time.monotonic() - started
     error: str | None = None
@@ -479,22 +484,3 @@ def _stream_push(target: PushTarget, layers: Sequence[Layer], attempt: int, sett
     if code is None:
         return Result(argv, TIMED_OUT, out, err, hung=True)
     return Result(argv, code, out, err, missing=code == NOT_FOUND)
-
-
-def _untag(runner: Runner, ref: str, remote: str, local_id: str) -> str | None:
-    """Remove the registry-prefixed tag this run made; None when done, else why it stays.
-
-    Only while `ref` still holds the image, so rmi can only untag: if `ref` was rebuilt meanwhile, the temporary
-    tag is the image's last name and removing it would delete the image.
-    """
-    if runner.image_id(remote) != local_id:
-        return None  # someone else moved or removed it: no longer ours
-    if runner.image_id(ref) != local_id:
-        return (
-            f"{ref} now names another image (rebuilt during the push?), so what was pushed is not what {ref} is; "
-            f"{remote} was kept because it is the pushed image's last tag: `docker rmi {remote}` deletes it"
-        )
-    done = runner(["docker", "rmi", "--no-prune", remote], timeout=INSPECT_TIMEOUT_S)
-    if not done.ok:
-        return f"could not remove the temporary tag {remote}: {done.last_line}"
-    return None

@@ -30,7 +30,7 @@ _AUTH = re.compile(r"unauthorized|no basic auth credentials|authentication requi
 _UNREACHABLE = re.compile(r"no such host|server misbehaving", re.I)  # a typo'd host does not heal by waiting
 _TRANSIENT = re.compile(
     r"connection refused|connection reset|broken pipe|no route to host|network is unreachable"
-    r"|TLS handshake timeout|i/o timeout|timed? ?out|timeout|\bEOF\b|too many requests|\b429\b"
+    r"|TLS handshake timeout|i/o timeout|timed? ?out|timeout|\bEOF\b|too many requests|\b429\b|nothing came from"
     r"|status(?: code)?:? *5\d\d\b"
     r"|\b5\d\d (?:internal server error|bad gateway|service unavailable|gateway time-?out|insufficient storage)",
     re.I,

@@ -26,7 +26,9 @@ MAX_FILES = 1000
 # Every ASCII punctuation character but '.' and '-' (common in versions and harmless inside a line) can start
 # Markdown or HTML: emphasis, links, autolinks, tables, entities. A backslash makes each a literal.
 _MARKDOWN = re.compile(r"""([!"#$%&'()*+,/:;<=>?@\[\\\]^_`{|}~])""")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+# Control characters and line breaks, and the bidirectional controls and zero-width marks that would let a name
+# reorder or hide the text around it once rendered.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u061c\u200b-\u200f\u2028-\u202e\u2060\u2066-\u2069\ufeff]")
 
 Packages = dict[str, dict[str, str]]  # kind -> name -> version
 
@@ -69,8 +71,8 @@ def report_diff(before: Mapping[str, Packages], after: Mapping[str, Packages]) -
 
 
 def escape(text: str) -> str:
-    """`text` as literal Markdown on one line: punctuation backslashed, control characters and line breaks shown
-    as U+FFFD."""
+    """`text` as literal Markdown on one line: punctuation backslashed, control characters, line breaks,
+    bidirectional controls and zero-width marks shown as U+FFFD."""
     return _MARKDOWN.sub(r"\\\1", _CONTROL.sub("\ufffd", text))
 
 
@@ -98,7 +100,8 @@ def diff_markdown(diff: ReportDiff, *, compared: bool = True) -> str:
 def load_reports(folder: str, flag: str, *, required: bool) -> dict[str, Packages]:
     """Each cell's (or, for an image built elsewhere, each ref's) packages from the build reports (*.json) under
     `folder`, searched without following links. A missing folder, or one without reports, gives nothing unless
-    `required`. InputError naming `flag` for anything that is not a readable folder of build reports."""
+    `required`. InputError naming `flag` for anything that is not a readable folder of build reports, and for a cell
+    that two entries give different packages (the same packages twice count once)."""
     try:
         top = os.stat(folder) if folder else None
     except FileNotFoundError:
@@ -111,10 +114,16 @@ def load_reports(folder: str, flag: str, *, required: bool) -> dict[str, Package
     if required and not paths:
         raise InputError([Problem(flag, f"no build report (*.json) under {folder!r}")])
     packages: dict[str, Packages] = {}
+    source: dict[str, Path] = {}
     for path in paths:
         for number, entry in enumerate(_read_json(path, flag), start=1):
-            key, found = _entry(entry, f"{flag} {path}: entry {number}")
-            packages[key] = found
+            where = f"{flag} {path}: entry {number}"
+            key, found = _entry(entry, where)
+            if key in packages and packages[key] != found:
+                raise InputError(
+                    [Problem(where, f"lists other packages for cell {key!r} than {source[key]}", "one report per cell")]
+                )
+            packages[key], source[key] = found, source.get(key, path)
     return packages
 
 

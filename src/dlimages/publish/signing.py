@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from dlimages.core.errors import InputError, Problem
-from dlimages.core.references import names_registry, split_tag
+from dlimages.core.references import names_registry, registry_of, split_tag
 from dlimages.core.runner import DEFAULT, Result, Runner, run_folder
+from dlimages.core.watch import Wait
 from dlimages.publish import attest
 from dlimages.publish.audit import VULN_TYPE, Scan, audit
 from dlimages.publish.pushplan import PushResult, daemon_treats_as_insecure
@@ -292,7 +293,7 @@ def verify(
 def resolve(image: str, runner: Runner = DEFAULT) -> str:
     """REPOSITORY@DIGEST for `image`: pulled once (a digest ref stays as it is), so the digest is the very content
     the engine now holds; SigningError when it cannot be pulled."""
-    pulled = runner(["docker", "pull", image], timeout=PULL_TIMEOUT_S)
+    pulled = runner.watched(["docker", "pull", image], Wait(f"pulling {image}", registry_of(image), PULL_TIMEOUT_S))
     if not pulled.ok:
         raise SigningError(f"cannot pull {image}: {pulled.last_line}")
     if "@" in image:
@@ -390,7 +391,10 @@ def _cosign(
     """cosign, never at a terminal: its input is empty, and an unset COSIGN_PASSWORD is the empty password (a key
     made without one loads; one with a password fails at once, where cosign's prompt would wait unseen)."""
     env = {"COSIGN_PASSWORD": "", **os.environ, "COSIGN_YES": "true"}
-    done = runner(["cosign", *args], timeout=timeout, env=env, stdin="")
+    target = args[-1] if args[0] in ("sign", "attest", "verify", "verify-attestation") else ""
+    what = doing or f"cosign {args[0]}{' ' + target if target else ''}"
+    where = registry_of(target) if target else "the key's service"
+    done = runner.watched(["cosign", *args], Wait(what, where, timeout, tty=False), env=env)
     if check and not done.ok:
         raise SigningError(f"{doing} failed: {_cosign_reason(done)}")
     return done

@@ -43,7 +43,9 @@ from typing import IO, Any, Protocol
 
 import zstandard
 
+from dlimages.core.references import registry_of, split_tag
 from dlimages.core.runner import Result, Runner, byte_stream
+from dlimages.core.watch import Wait
 from dlimages.publish.pgzip import ParallelGzip
 
 COMPRESSIONS = ("gzip", "zstd")
@@ -143,10 +145,10 @@ class Archives:
     """The OCI layout of each local image, its layers compressed with `compression`, made once and shared by every
     registry it goes to; deleted with the folder on `close`."""
 
-    def __init__(self, root: Path, save: Saver = docker_save, compression: str = "zstd") -> None:
+    def __init__(self, folder: Path, save: Saver = docker_save, compression: str = "zstd") -> None:
         self.compression, self.level = compression, LEVELS[compression]
-        (root / ".work").mkdir(exist_ok=True)
-        self.folder = Path(tempfile.mkdtemp(prefix="push-", dir=root / ".work"))
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder  # the push's scratch folder (publish.scratch), or one of its own
         self.made: dict[str, Path] = {}
         self.configs: dict[str, str] = {}  # local image ID -> the config digest its layout kept
         self.save = save
@@ -385,24 +387,41 @@ def _compress(
     return zdigest, written, "sha256:" + (plain if gunzip is not None else saved).hexdigest()
 
 
-def push_zstd(runner: Runner, layout: Path, ref: str, remote: str, tag: str, insecure: bool, timeout: float) -> Result:
-    """One try: skopeo copies the layout to `remote` as it is (no blob or manifest may change). On success its stdout
-    carries the line `docker push` would print ("TAG: digest: sha256:... size: 0"), which the caller reads the
-    digest from."""
+def push_zstd(
+    runner: Runner, layout: Path, ref: str, remote: str, tag: str, insecure: bool, timeout: float, stage: bool = False
+) -> Result:
+    """One try: skopeo copies the layout to `remote` as it is (no blob or manifest may change). With `stage`, to
+    REPOSITORY@DIGEST only, so no tag names it before it is signed (`tag_digest` tags it then). On success its
+    stdout carries the line `docker push` would print ("TAG: digest: sha256:... size: 0"), which the caller reads
+    the digest from."""
     digest_file = layout.with_suffix(".digest")
+    target = f"{split_tag(remote)[0]}@{manifest_digest(layout)}" if stage else remote
     argv = [
         "skopeo",
         "copy",
-        "--quiet",
         "--preserve-digests",
         "--digestfile",
         str(digest_file),
         *(["--dest-tls-verify=false"] if insecure else []),
         f"oci:{layout}",
-        f"docker://{remote}",
+        f"docker://{target}",
     ]
-    done = runner(argv, timeout=timeout)
+    done = runner.watched(argv, Wait(f"copying {ref} to {target}", registry_of(remote), timeout))
     if not done.ok:
         return done
     digest = digest_file.read_text(encoding="utf-8").strip()
     return Result(done.argv, 0, f"{tag}: digest: {digest} size: 0\n", done.err)
+
+
+def manifest_digest(layout: Path) -> str:
+    """The digest of the one image manifest an OCI layout holds (what the registry will name it by)."""
+    index = json.loads((layout / "index.json").read_text(encoding="utf-8"))
+    return str(index["manifests"][0]["digest"])
+
+
+def tag_digest(runner: Runner, pinned: str, remote: str, insecure: bool, timeout: float) -> Result:
+    """Put the tag `remote` on the image the registry has as `pinned` (REPOSITORY@DIGEST), byte for byte: its blobs
+    are there already, so only the manifest goes."""
+    tls = ["--src-tls-verify=false", "--dest-tls-verify=false"] if insecure else []
+    argv = ["skopeo", "copy", "--preserve-digests", *tls, f"docker://{pinned}", f"docker://{remote}"]
+    return runner.watched(argv, Wait(f"tagging {pinned} as {remote}", registry_of(remote), timeout))

@@ -76,6 +76,9 @@ def test_the_diff_names_each_package_that_moved_came_or_went_per_cell() -> None:
         ("**bold** _it_ `code` ~~s~~ &amp;", "\\*\\*bold\\*\\* \\_it\\_ \\`code\\` \\~\\~s\\~\\~ \\&amp\\;"),
         ("line\n# heading\r\x1b[31m", "line\ufffd\\# heading\ufffd\ufffd\\[31m"),
         ("1:2.36-9+deb12u4", "1\\:2.36-9\\+deb12u4"),
+        ("evil\u202egpj.exe", "evil\ufffdgpj.exe"),
+        ("".join(map(chr, [0x61C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)])), "\ufffd" * 12),
+        ("a\u200bb\u200cc\u200dd\u2060e\ufeff", "a\ufffdb\ufffdc\ufffdd\ufffde\ufffd"),
     ],
 )
 def test_markdown_special_characters_are_escaped(text: str, shown: str) -> None:
@@ -97,6 +100,31 @@ def test_invoke_package_diff_prints_the_markdown(
     assert code == 0 and "| pip | numpy | 1 | 2 |" in out and "New (1): lab\\/y\\:v1" in out
     code, out, _ = package_diff(monkeypatch, capsys, "--before", str(tmp_path / "none"), "--after", str(after))
     assert code == 0 and "No earlier build report" in out
+
+
+def test_the_same_cell_in_two_reports_counts_once_when_they_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path / "before/r1", entry("a", {"numpy": "1"}, {}))
+    write(tmp_path / "after/r1", entry("a", {"numpy": "2"}, {}))
+    write(tmp_path / "after/r2", entry("a", {"numpy": "2"}, {}))
+    code, out, err = package_diff(
+        monkeypatch, capsys, "--before", str(tmp_path / "before"), "--after", str(tmp_path / "after")
+    )
+    assert code == 0, err
+    assert out.count("### a\n") == 1 and out.count("| pip | numpy | 1 | 2 |") == 1
+
+
+def test_the_same_cell_with_other_packages_in_two_reports_is_exit_2_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path / "after/r1", entry("a", {"numpy": "1"}, {}))
+    write(tmp_path / "after/r2", entry("a", {"numpy": "2"}, {}))
+    code, out, err = package_diff(monkeypatch, capsys, "--after", str(tmp_path / "after"))
+    assert (code, out) == (2, "") and "Traceback" not in err
+    first, second = tmp_path / "after/r1/build-report.json", tmp_path / "after/r2/build-report.json"
+    assert err.startswith(f"error: --after {second}: entry 1:"), err
+    assert f"cell 'a' than {first}" in err and "allowed: one report per cell" in err, err
 
 
 def _fifo(path: Path) -> None:
