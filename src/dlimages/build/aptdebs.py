@@ -15,16 +15,20 @@ Where the files come from (`Origin`):
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import errno
 import hashlib
 import http.client
 import os
 import shutil
+import socket
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -43,7 +47,11 @@ ORIGIN_ALLOWED = (
     "`invoke apt-repo`"
 )
 FETCH_THREADS = 4
-TIMEOUT_S = 120.0
+TIMEOUT_S = 30.0  # one read: a server silent this long has stalled
+GRACE_S = 60.0  # one file's deadline: this, plus its size at MIN_RATE
+MIN_RATE = 64_000  # bytes a second
+RETRY_S = (1.0, 2.0)  # the pauses before the second and third tries after a transient failure
+PROGRESS_S = 30.0  # how often fetch says where it stands
 
 
 @dataclass(frozen=True)
@@ -122,88 +130,190 @@ class FetchError(Exception):
     """Locked files that could not be had, or did not match the lock: one line per package."""
 
 
-def _sha256(path: Path) -> str:
+def _sha256(file: Path | BinaryIO) -> str:
+    if isinstance(file, Path):
+        with file.open("rb") as handle:
+            return _sha256(handle)
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
+    for chunk in iter(lambda: file.read(1 << 20), b""):
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+class _Stop(threading.Event):
+    """Set on Ctrl-C: the workers stop before their next read or try, and the sockets they read are shut down, so a
+    read blocked on a silent server ends at once rather than after TIMEOUT_S."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sockets: list[socket.socket] = []
+
+    def watch(self, sock: socket.socket | None) -> None:
+        self.sockets += [sock] if sock is not None else []  # added, then checked: stop() sets, then shuts down
+        if self.is_set():
+            self.stop()
+
+    def stop(self) -> None:
+        self.set()
+        for sock in list(self.sockets):
+            with contextlib.suppress(OSError):  # closed already
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 _connections = threading.local()  # each fetching thread's open connections, by (scheme, host)
 
 
-def _download(url: str, out: BinaryIO) -> None:
+def _download(url: str, out: BinaryIO, size: int, stop: _Stop) -> None:
     """GET `url` into `out` over a connection this thread keeps open (one name lookup and TCP setup per host and
-    thread, as apt does, not one per file: a lost DNS answer costs 5 s), trying once more on a dropped connection;
-    through urllib, one connection a file, where a proxy is configured for it. HTTPError on a status other than
-    200."""
+    thread, as apt does, not one per file: a lost DNS answer costs 5 s), once more at once if a kept one was dropped;
+    through urllib, one connection a file, where a proxy is configured for it. HTTPError on a status but 200."""
+    start = time.monotonic()
     parts = urllib.parse.urlsplit(url)
     if urllib.request.getproxies().get(parts.scheme) and not urllib.request.proxy_bypass(parts.hostname or ""):
         with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:  # noqa: S310 (http(s) only)
-            shutil.copyfileobj(response, out, 1 << 20)
+            stop.watch(getattr(getattr(response.fp, "raw", None), "_sock", None))  # urllib keeps no other handle
+            _receive(response, out, url, size, start, stop)
         return
     pool: dict[tuple[str, str], http.client.HTTPConnection] = _connections.__dict__.setdefault("pool", {})
     key = (parts.scheme, parts.netloc)
     path = parts.path + (f"?{parts.query}" if parts.query else "")
-    for attempt in (1, 2):
-        connection = pool.get(key)
+    while True:
+        connection, response = pool.get(key), None
+        reused = connection is not None
         if connection is None:
             kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
             connection = pool[key] = kind(parts.netloc, timeout=TIMEOUT_S)
         try:
             connection.request("GET", path, headers={"User-Agent": "dlimages"})
+            stop.watch(connection.sock)
             response = connection.getresponse()
-        except (OSError, http.client.HTTPException):
-            connection.close()
+            if response.status != 200:
+                raise urllib.error.HTTPError(url, response.status, response.reason, response.headers, None)
+            _receive(response, out, url, size, start, stop)
+            return
+        except BaseException:
+            connection.close()  # dropped, or in the middle of a response: of no use for the next file
             del pool[key]
-            if attempt == 2:
+            if response is not None or not reused:
                 raise
-            continue
-        if response.status != 200:
-            response.read()
-            raise urllib.error.HTTPError(url, response.status, response.reason, response.headers, None)
-        shutil.copyfileobj(response, out, 1 << 20)
-        return
 
 
-def _fetch_one(deb: Deb, source: Origin, cache: Path) -> str:
-    """Put the checked file into the cache; "" or what went wrong, naming the package."""
+def _receive(response: http.client.HTTPResponse, out: BinaryIO, url: str, size: int, start: float, stop: _Stop) -> None:
+    """Copy the body as it comes (read1: what has arrived), checking Ctrl-C and the deadline between chunks: GRACE_S
+    plus the size (the lock's, else Content-Length) at MIN_RATE. A byte every 20 s never trips TIMEOUT_S."""
+    expected = size or response.length or 0
+    limit = GRACE_S + expected / MIN_RATE
+    received = 0
+    while chunk := response.read1(1 << 20):
+        out.write(chunk)
+        received += len(chunk)
+        if stop.is_set():
+            raise FetchError("stopped (interrupted)")
+        if (spent := time.monotonic() - start) > limit:
+            host, name = urllib.parse.urlsplit(url).hostname, urllib.parse.unquote(url.rsplit("/", 1)[-1])
+            raise FetchError(
+                f"stopped: {host} sent {received / 1e3:.0f} kB of {name} in {spent:.0f} s (the limit for "
+                f"{expected / 1e6:.1f} MB is {limit:.0f} s)"
+            )
+    if response.length:  # the connection ended before Content-Length did
+        raise http.client.IncompleteRead(b"", response.length)
+    response.close()  # read to its end: the connection serves the next file
+
+
+def _unnamed(folder: Path) -> tuple[int, Path | None]:
+    """A file in `folder` to download into: with no name (O_TMPFILE), so that a fetch killed midway leaves nothing;
+    a `.fetch-*` one, and its path, where the file system has none (EOPNOTSUPP; EISDIR, EINVAL: no such flag)."""
+    try:
+        return os.open(folder, getattr(os, "O_TMPFILE", 0) | os.O_RDWR, 0o644), None
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
+    handle, staged = tempfile.mkstemp(dir=folder, prefix=".fetch-")
+    return handle, Path(staged)
+
+
+def _link(handle: int, target: Path) -> None:
+    """Give the unnamed file `handle` the name `target`, replacing what is there in one step (linkat replaces
+    nothing: link to a new name, then rename)."""
+    folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        name = f".fetch-{os.urandom(8).hex()}" if os.path.lexists(target) else target.name
+        os.link(f"/proc/self/fd/{handle}", name, dst_dir_fd=folder, follow_symlinks=True)
+        os.replace(name, target.name, src_dir_fd=folder, dst_dir_fd=folder)  # a no-op if linked as target
+    finally:
+        os.close(folder)
+
+
+def _save(deb: Deb, where: str, target: Path, local: bool, stop: _Stop) -> str:
+    """`where` as `target` once its SHA256 matches the lock's; "" or the mismatch. OSError (and the like) when it
+    cannot be read."""
+    handle, staged = _unnamed(target.parent)
+    try:
+        with os.fdopen(handle, "w+b") as out:
+            if local:
+                with open(where, "rb") as copied:
+                    shutil.copyfileobj(copied, out, 1 << 20)
+            else:
+                _download(where, out, deb.size, stop)
+            out.seek(0)  # written out first
+            got = _sha256(out)
+            if got != deb.sha256:
+                return f"{deb.spec}: {where} has sha256 {got}, the lock says {deb.sha256}: refused"
+            os.fchmod(out.fileno(), 0o644)  # apt reads the files as its own user inside the build
+            if staged is None:
+                _link(out.fileno(), target)
+            else:
+                os.replace(staged, target)
+            return ""
+    finally:
+        if staged is not None:
+            staged.unlink(missing_ok=True)
+
+
+def _fetch_one(deb: Deb, source: Origin, cache: Path, stop: _Stop) -> str:
+    """Put the checked file into the cache; "" or what went wrong, naming the package. A transient failure (no DNS
+    answer, a connection refused, dropped or silent for TIMEOUT_S) is tried again after each pause of RETRY_S; an
+    HTTP error, a file that does not match and one past its deadline are not."""
     target = cache / deb.archive / deb.path
-    if target.is_file() and _sha256(target) == deb.sha256:
+    if stop.is_set() or (target.is_file() and _sha256(target) == deb.sha256):
         return ""
     where = source.location(deb)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, staged = tempfile.mkstemp(dir=target.parent, prefix=".fetch-")
-    os.close(handle)
-    part = Path(staged)
-    try:
+    pauses = list(RETRY_S) if source.folder is None else []
+    while True:
         try:
-            if source.folder is not None:
-                shutil.copyfile(where, part)
-            else:
-                with part.open("wb") as out:
-                    _download(where, out)
+            return _save(deb, where, target, source.folder is not None, stop)
         except urllib.error.HTTPError as error:
             gone = " (gone from there: build with `--apt-from` a snapshot archive's URL, or a repository apt-repo made)"
             return f"{deb.spec}: {where}: HTTP {error.code}{gone if error.code in (404, 410) else ''}"
-        except (OSError, urllib.error.URLError) as error:
-            return f"{deb.spec}: cannot read {where}: {getattr(error, 'reason', None) or error}"
-        part.chmod(0o644)  # apt reads the files as its own user inside the build
-        got = _sha256(part)
-        if got != deb.sha256:
-            return f"{deb.spec}: {where} has sha256 {got}, the lock says {deb.sha256}: refused"
-        os.replace(part, target)
-        return ""
-    finally:
-        part.unlink(missing_ok=True)
+        except FetchError as error:  # past its deadline, or Ctrl-C
+            return f"{deb.spec}: {error}"
+        except (OSError, http.client.HTTPException) as error:
+            if not pauses or stop.wait(pauses.pop(0)):
+                return f"{deb.spec}: cannot read {where}: {getattr(error, 'reason', None) or error}"
 
 
-def fetch(debs: Sequence[Deb], source: Origin, root: Path) -> Path:
-    """Every file of `debs` in the cache under `root`, checked; FetchError naming each package that failed."""
+def fetch(debs: Sequence[Deb], source: Origin, root: Path, say: Callable[[str], object] | None = None) -> Path:
+    """Every file of `debs` in the cache under `root`, checked; FetchError naming each package that failed. Says
+    where it stands every PROGRESS_S; on Ctrl-C, stops the downloads under way at once."""
     cache = root / CACHE / source.key
+    say = say or (lambda line: print(line, flush=True))
+    stop = _Stop()
     with concurrent.futures.ThreadPoolExecutor(FETCH_THREADS) as pool:
-        failures = [problem for problem in pool.map(lambda d: _fetch_one(d, source, cache), debs) if problem]
+        try:
+            futures = [pool.submit(_fetch_one, deb, source, cache, stop) for deb in debs]
+            pending = set(futures)
+            while pending:
+                pending = concurrent.futures.wait(pending, timeout=PROGRESS_S).not_done
+                if pending:
+                    ready = [deb for deb, future in zip(debs, futures, strict=True) if future.done()]
+                    megabytes = sum(deb.size for deb in ready) / 1e6
+                    say(f"the locked .deb files: {len(ready)} of {len(debs)} ready ({megabytes:.1f} MB)")
+        except BaseException:
+            stop.stop()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    failures = [problem for problem in (future.result() for future in futures) if problem]
     if failures:
         raise FetchError("\n".join(failures))
     return cache

@@ -169,7 +169,7 @@ def push_image(
                 results.append(result)
                 signals.check()
         except _Interrupted as stopped:
-            raise _interrupted(signals.received, results, stopped.target, stopped.tag_note) from None
+            raise _interrupted(signals.received, results, stopped.target, stopped.tag_note, settings.stage) from None
         except KeyboardInterrupt:
             raise _interrupted(signals.received, results) from None
 
@@ -269,7 +269,11 @@ class _Settings:
 
 
 def _interrupted(
-    signal_name: str | None, results: Sequence[PushResult], target: PushTarget | None = None, tag_note: str = ""
+    signal_name: str | None,
+    results: Sequence[PushResult],
+    target: PushTarget | None = None,
+    tag_note: str = "",
+    staged: bool = False,
 ) -> PushInterrupted:
     name = signal_name or "SIGINT"  # Ctrl-C where no handler of ours runs (another thread)
     done = sum(result.ok for result in results)
@@ -278,7 +282,12 @@ def _interrupted(
     else:
         lines = [
             f"interrupted by {name} while pushing {target.ref} to {target.registry}: {tag_note}, and nothing else "
-            f"local was changed; {target.registry} has {target.remote_ref} only if its upload had finished."
+            f"local was changed; "
+            + (
+                f"{target.remote_ref} was not tagged (a signed push tags it once signed)."
+                if staged
+                else f"{target.registry} has {target.remote_ref} only if its upload had finished."
+            )
         ]
     lines.append(f"{done} {'push was' if done == 1 else 'pushes were'} finished and verified before that.")
     return PushInterrupted("\n".join(lines), name, results)

@@ -5,13 +5,21 @@ them, indexed by Debian's own dpkg-scanpackages over small real packages (dpkg-d
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import http.server
+import os
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,10 +156,15 @@ class Server:
 
 
 @pytest.fixture
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+def direct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy between the fetches and 127.0.0.1, in this process and the ones it starts."""
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("no_proxy", "127.0.0.1")  # read at each request, whatever opener urllib made before
+
+
+@pytest.fixture
+def server(tmp_path: Path, direct: None) -> Iterator[Server]:
     folder = tmp_path / "served"
     folder.mkdir()
     asked: list[str] = []
@@ -216,6 +229,7 @@ def test_a_cached_file_is_not_fetched_again_unless_it_no_longer_matches(tmp_path
     aptdebs.fetch([LIBC6, CURL], source, tmp_path)
     assert server.asked[2:] == ["/mirror/debian/pool/main/c/curl/curl_7.88.1-10%2Bdeb12u8_all.deb"]
     assert (cache / CURL.archive / CURL.path).read_bytes() == GOOD["curl"]
+    assert leftovers(cache) == [], "the damaged file is replaced in one step"
 
 
 def test_files_fetched_from_one_origin_are_not_taken_for_anothers(tmp_path: Path, server: Server) -> None:
@@ -247,6 +261,7 @@ def test_a_file_that_does_not_match_the_lock_is_refused(tmp_path: Path, server: 
     assert not (cache / CURL.archive / CURL.path).exists()
     assert (cache / LIBC6.archive / LIBC6.path).read_bytes() == GOOD["libc6"], "the good one is kept"
     assert leftovers(cache) == []
+    assert len(server.asked) == 2, "a file that does not match is not asked for again"
 
 
 def test_a_file_the_server_does_not_have_names_the_package_and_the_ways_out(tmp_path: Path, server: Server) -> None:
@@ -259,6 +274,7 @@ def test_a_file_the_server_does_not_have_names_the_package_and_the_ways_out(tmp_
         f"libc6=2.36-9+deb12u9: {source.location(LIBC6)}: HTTP 404{GONE}",
     ]
     assert leftovers(tmp_path / aptdebs.CACHE / source.key) == []
+    assert len(server.asked) == 2, "an HTTP error is not tried again"
 
 
 def test_a_file_a_local_repository_lacks_is_a_fetch_error(tmp_path: Path) -> None:
@@ -266,6 +282,204 @@ def test_a_file_a_local_repository_lacks_is_a_fetch_error(tmp_path: Path) -> Non
     (tmp_path / "repo/Release").write_text("Suite: bookworm\n")  # as `invoke apt-repo` leaves it
     with pytest.raises(FetchError, match=r"^curl=7\.88\.1-10\+deb12u8: cannot read .*/repo/debian/pool/main/c/curl/"):
         aptdebs.fetch([CURL], origin(str(tmp_path / "repo"), T0), tmp_path / "root")
+
+
+# --- slow, stalled, dropped and interrupted downloads -------------------------------------------------------------
+
+Reply = Callable[[http.server.BaseHTTPRequestHandler], None]
+SLOW = locked("slow", "1.0", b"x" * 100)  # served a byte every 0.5 s
+BIG = locked("big", "1.0", b"b" * 1_500_000)  # served at once
+
+
+@contextlib.contextmanager
+def answering(reply: Reply) -> Iterator[str]:
+    """A server on 127.0.0.1 that answers each GET with `reply` (a thread each); the URL of its mirror."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            with contextlib.suppress(OSError):  # the fetch went away: stopped, or killed
+                reply(self)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/mirror"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+def send(handler: http.server.BaseHTTPRequestHandler, data: bytes) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def trickle(started: threading.Event, seconds: float = 5.0) -> Reply:
+    """Promises 100 bytes and sends one every 0.5 s for `seconds`; `started` once one is sent. BIG comes at once."""
+
+    def reply(handler: http.server.BaseHTTPRequestHandler) -> None:
+        if "/big/" in handler.path:
+            return send(handler, b"b" * BIG.size)
+        handler.send_response(200)
+        handler.send_header("Content-Length", "100")
+        handler.end_headers()
+        for _ in range(int(seconds / 0.5)):
+            handler.wfile.write(b"x")
+            started.set()
+            time.sleep(0.5)
+
+    return reply
+
+
+def files(folder: Path) -> list[Path]:
+    return sorted(path for path in folder.rglob("*") if not path.is_dir())
+
+
+def test_a_trickling_server_is_stopped_at_the_files_deadline_naming_the_host(
+    tmp_path: Path, direct: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: no deadline, and a 120 s timeout that a byte every 20 s never trips (7 minutes on one file)."""
+    monkeypatch.setattr(aptdebs, "GRACE_S", 1.0)  # the deadline: 1 s plus 100 bytes at 64 kB/s
+    monkeypatch.setattr(aptdebs, "PROGRESS_S", 0.4)
+    said: list[str] = []
+    with answering(trickle(threading.Event())) as url:
+        start = time.monotonic()
+        with pytest.raises(FetchError) as caught:
+            aptdebs.fetch([BIG, SLOW], origin(url, T0), tmp_path, say=said.append)
+        took = time.monotonic() - start
+    assert took < 3, f"stopped after {took:.1f} s"
+    assert caught.match(
+        r"^slow=1\.0: stopped: 127\.0\.0\.1 sent 0 kB of slow_1\.0_all\.deb in [12] s \(the limit for 0\.0 MB is 1 s\)$"
+    )
+    assert said and set(said) == {"the locked .deb files: 1 of 2 ready (1.5 MB)"}, said
+    cache = tmp_path / aptdebs.CACHE / origin(url, T0).key
+    assert files(tmp_path) == [cache / BIG.archive / BIG.path], "the slow file leaves nothing behind"
+
+
+def test_a_transient_failure_is_tried_three_times_with_pauses_between(
+    tmp_path: Path, direct: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: one more try at once, on the one connection that failed; none for a refused connection."""
+    monkeypatch.setattr(aptdebs, "RETRY_S", (0.2, 0.4))  # 1 s and 2 s in use
+    asked: list[str] = []
+
+    def reply(handler: http.server.BaseHTTPRequestHandler) -> None:
+        asked.append(handler.path)
+        if "/libc6/" in handler.path or asked.count(handler.path) < 3:
+            handler.close_connection = True  # dropped, with no answer
+        else:
+            send(handler, GOOD["curl"])
+
+    with answering(reply) as url:
+        source = origin(url, T0)
+        start = time.monotonic()
+        with pytest.raises(FetchError) as caught:
+            aptdebs.fetch([CURL, LIBC6], source, tmp_path)
+        took = time.monotonic() - start
+    assert str(caught.value) == (
+        f"libc6=2.36-9+deb12u9: cannot read {source.location(LIBC6)}: Remote end closed connection without response"
+    )
+    assert collections.Counter(asked) == {
+        "/mirror/debian/pool/main/c/curl/curl_7.88.1-10%2Bdeb12u8_all.deb": 3,
+        "/mirror/debian-security/pool/main/l/libc6/libc6_2.36-9%2Bdeb12u9_all.deb": 3,
+    }
+    assert 0.6 <= took < 2, f"{took:.2f} s"
+    assert (tmp_path / aptdebs.CACHE / source.key / CURL.archive / CURL.path).read_bytes() == GOOD["curl"]
+    with socket.socket() as closed:  # a port nothing listens on: connection refused, three times
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(FetchError, match=r"^curl=7\.88\.1-10\+deb12u8: cannot read .*Connection refused"):
+        aptdebs.fetch([CURL], origin(f"http://127.0.0.1:{port}/mirror", T0), tmp_path)
+    assert time.monotonic() - start >= 0.6
+
+
+CHILD = """
+import signal, sys
+from pathlib import Path
+from dlimages.build import aptdebs
+from dlimages.generate.aptlock import Deb
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even where the shell that started the tests ignores it
+debs = [Deb(name, "1.0", "debian", f"pool/main/{name}/{name}/{name}_1.0_all.deb", 100, "0" * 64) for name in "ab"]
+aptdebs.fetch(debs, aptdebs.origin(sys.argv[1], "T"), Path(sys.argv[2]))
+"""
+
+
+def fetching(url: str, root: Path) -> subprocess.Popen[str]:
+    """A process fetching two trickled files from `url` into the cache under `root`, in parallel."""
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, url, str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_a_fetch_killed_midway_leaves_nothing_in_the_cache(tmp_path: Path, direct: None) -> None:
+    """Before: each download was written to a named `.fetch-*` file first, which SIGKILL left behind."""
+    try:
+        os.close(os.open(tmp_path, os.O_TMPFILE | os.O_WRONLY, 0o600))
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
+        pytest.skip("the file system under the tests' temporary folder has no unnamed files (O_TMPFILE)")
+    started = threading.Event()
+    with answering(trickle(started)) as url:
+        folder = tmp_path / aptdebs.CACHE / origin(url, T0).key / "debian/pool/main/a/a"
+        put(folder.parents[4], locked("a", "0.9", b"old"), b"old")  # there before, in the same folder
+        before = files(tmp_path)
+        with fetching(url, tmp_path) as child:
+            try:
+                assert started.wait(30), child.communicate(timeout=30)
+                time.sleep(0.3)  # a byte or two written
+            finally:
+                child.kill()
+    assert child.returncode == -signal.SIGKILL
+    assert files(tmp_path) == before == [folder / "a_0.9_all.deb"]
+
+
+def test_ctrl_c_stops_a_parallel_fetch_at_once(tmp_path: Path, direct: None) -> None:
+    """Before: Ctrl-C waited for every download under way to end, as long as their servers liked."""
+    started = threading.Event()
+    with answering(trickle(started, seconds=30)) as url:
+        with fetching(url, tmp_path) as child:
+            try:
+                assert started.wait(30), child.communicate(timeout=30)
+                time.sleep(0.5)
+                child.send_signal(signal.SIGINT)
+                sent = time.monotonic()
+                _, err = child.communicate(timeout=10)
+                took = time.monotonic() - sent
+            finally:
+                child.kill()
+    assert took < 2, f"stopped {took:.2f} s after Ctrl-C"
+    assert err.rstrip().endswith("KeyboardInterrupt"), err
+    assert files(tmp_path) == [], "nothing half-fetched is left"
+
+
+def test_without_unnamed_files_a_named_one_is_used_and_removed(
+    tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = os.open
+
+    def no_tmpfile(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            raise OSError(errno.EOPNOTSUPP, "not on this file system")
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_tmpfile)
+    put(server.folder, LIBC6, GOOD["libc6"])
+    put(server.folder, CURL, b"something else\n")
+    source = origin(server.url, T0)
+    with pytest.raises(FetchError, match="the lock says"):
+        aptdebs.fetch([LIBC6, CURL], source, tmp_path)
+    cache = tmp_path / aptdebs.CACHE / source.key
+    assert files(cache) == [cache / LIBC6.archive / LIBC6.path]
+    assert (cache / LIBC6.archive / LIBC6.path).stat().st_mode & 0o777 == 0o644
 
 
 # --- flat repositories and apt-repo folders, over real packages ----------------------------------------------------

@@ -1,0 +1,224 @@
+"""A signed zstd push stopped where users stop it, against the real engine, skopeo, cosign and a registry on
+127.0.0.1: SIGKILL and Ctrl-C while it compresses, while skopeo uploads and while cosign signs. Each leaves no
+process, no local tag of the registry's name and never an unsigned release tag; Ctrl-C leaves no scratch folder and
+says so (exit 130); the scratch folder a SIGKILL leaves is removed by the next push, which then publishes the
+signed tag. And `invoke verify` against a registry that stops answering gives up, naming it, instead of waiting an
+hour (issue 32, findings 4 and 6).
+
+The image is the offline base with 96 MB of fresh random bytes, so each stage lasts long enough to be stopped in.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from support import free_port, require_engine
+
+from dlimages.core.runner import DEFAULT as RUNNER
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+REGISTRY_SH = REPO / ".ci" / "registry.sh"
+BASE = "dlimages/base:debian12"
+NAME = f"lab/test-stopped-{os.getpid()}"
+REF = f"{NAME}:v1-stopped"  # a release tag as the matrix makes them: VERSION-CELL
+PASSWORD = "not-a-secret"  # noqa: S105 (a throwaway key)
+
+
+def docker(*args: str) -> str:
+    done = RUNNER.docker(*args, timeout=600)
+    if not done.ok:
+        pytest.fail(f"docker {' '.join(args)} failed: {done.err.strip()}", pytrace=False)
+    return done.out.strip()
+
+
+def at_a_terminal() -> None:
+    """Ctrl-C as at a terminal: SIGINT as the default (a CI started in a shell's background ignores it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    require_engine()
+    if RUNNER.image_id(BASE) is None:
+        pytest.fail(f"{BASE} is missing: make it with `invoke base`", pytrace=False)
+    folder = tmp_path_factory.mktemp("stopped")
+    done = RUNNER(["cosign", "generate-key-pair"], cwd=folder, env={**os.environ, "COSIGN_PASSWORD": PASSWORD})
+    assert done.ok, done.err
+    env = {**os.environ, "REGISTRY_STATE_DIR": str(folder / "registry")}
+    name, port = f"pytest-{os.getpid()}-stopped", free_port()
+    started = RUNNER([str(REGISTRY_SH), "start", name, str(port)], env=env)
+    if not started.ok:
+        pytest.fail(f"registry.sh start {name} failed:\n{started.out}{started.err}", pytrace=False)
+    (folder / "Dockerfile").write_text(
+        f"FROM {BASE}\nLABEL io.dlimages.cell=stopped org.opencontainers.image.version=v1-stopped\n"
+        f"RUN head -c 96000000 /dev/urandom > /noise && echo {os.urandom(8).hex()} > /marker\n"
+    )
+    docker("buildx", "build", "--load", "--provenance=false", "--tag", REF, str(folder))
+    yield {"registry": f"127.0.0.1:{port}", "key": str(folder / "cosign.key"), "folder": str(folder)}
+    listed = RUNNER.docker("image", "ls", "--format", "{{.Repository}} {{.ID}}").out.split("\n")
+    ids = {line.split()[1] for line in listed if line.split() and line.split()[0].endswith(NAME)}
+    for image_id in sorted(ids):
+        RUNNER.docker("image", "rm", "--force", image_id)
+    RUNNER([str(REGISTRY_SH), "stop", name], env=env)
+
+
+def start_push(setup: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "push", "--image", REF,
+            "--registry", setup["registry"], "--compression", "zstd", "--sign-key", setup["key"],
+            "--report", str(out.with_suffix(".report.json")), "--no-engine-setup"]  # fmt: skip
+    env = {**os.environ, "COSIGN_PASSWORD": PASSWORD, "PYTHONUNBUFFERED": "1"}
+    with out.open("wb") as log:
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=at_a_terminal
+        )
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every process under `pid`, by its program's name."""
+    children: dict[int, list[int]] = {}
+    names = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            names[int(entry.name)] = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = {}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found[child] = names.get(child, "?")
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie has ended: it waits only for whoever adopted it to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(push: subprocess.Popen[bytes], out: Path, ready: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 300
+    while not ready():
+        if push.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the push ended (or took too long) before the point to stop it:\n{out.read_text()}")
+        time.sleep(0.02)
+
+
+def in_the_registry(setup: dict[str, str]) -> bool:
+    done = RUNNER(["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{setup['registry']}/{REF}"])
+    return done.ok
+
+
+def scratch_folders() -> set[str]:
+    return {path.name for path in (REPO / ".work").glob("push-*")}
+
+
+def registry_tags() -> list[str]:
+    listed = RUNNER.docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}").out.split()
+    return [name for name in listed if name.startswith("127.0.0.1:") and NAME in name and not name.endswith("<none>")]
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
+@pytest.mark.parametrize("where", ["compressing", "skopeo", "cosign"])
+def test_a_signed_zstd_push_stopped_anywhere_leaves_nothing_and_no_unsigned_tag(
+    setup: dict[str, str], tmp_path: Path, where: str, how: str
+) -> None:
+    before = scratch_folders()
+    out = tmp_path / "push.log"
+    push = start_push(setup, out)
+    if where == "compressing":
+        wait_for(push, out, lambda: b"compressing" in out.read_bytes())
+        time.sleep(0.3)
+    else:
+        wait_for(push, out, lambda: where in descendants(push.pid).values())
+    under = descendants(push.pid)
+    os.killpg(push.pid, getattr(signal, how))  # Ctrl-C at a terminal: the whole foreground group gets SIGINT
+    code = push.wait(timeout=120)
+    said = out.read_text()
+    for _ in range(50):
+        left = [f"{pid} {name}" for pid, name in under.items() if alive(pid)]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert left == [], f"processes outlived the push: {left}\n{said}"
+    assert "Traceback" not in said, said
+    assert registry_tags() == [], said
+    assert not in_the_registry(setup), f"{REF} was published before it was signed:\n{said}"
+    made = scratch_folders() - before
+    if how == "SIGINT":
+        assert code == 130 and "interrupted" in said, said
+        assert made == set(), said
+    else:
+        assert code == -signal.SIGKILL
+        assert len(made) == (0 if where == "cosign" else 1)  # signing starts once the scratch folder is gone
+        for name in made:  # as if a minute had passed: a younger folder may be a push that has not locked it yet
+            os.utime(REPO / ".work" / name, (time.time() - 3600, time.time() - 3600))
+        again = start_push(setup, tmp_path / "again.log")
+        assert again.wait(timeout=600) == 0, (tmp_path / "again.log").read_text()
+        after = (tmp_path / "again.log").read_text()
+        for name in made:
+            assert f"removed {name}, left by a push that was stopped" in after, after
+        assert not made & scratch_folders()
+        assert in_the_registry(setup)
+        verified = subprocess.run(
+            [sys.executable, "-m", "invoke", "--search-root", str(REPO), "verify", "--image",
+             f"{setup['registry']}/{REF}", "--key", setup["key"].replace(".key", ".pub"), "--no-engine-setup"],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        docker("image", "rm", f"{setup['registry']}/{REF}")  # verify's pull: a tag, but not the push's
+        RUNNER(["skopeo", "delete", "--tls-verify=false", f"docker://{setup['registry']}/{REF}"])
+
+
+class _Silent(http.server.BaseHTTPRequestHandler):
+    """A registry that answers its ping, then nothing: it holds every other request open."""
+
+    def do_GET(self) -> None:
+        if self.path == "/v2/":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+            return
+        time.sleep(600)
+
+    do_HEAD = do_GET
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_verify_gives_up_on_a_registry_that_stops_answering_and_names_it(setup: dict[str, str]) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Silent)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    registry = f"127.0.0.1:{server.server_address[1]}"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "verify", "--image", f"{registry}/{REF}",
+         "--key", setup["key"].replace(".key", ".pub"), "--no-engine-setup"],
+        capture_output=True, text=True, timeout=600, check=False, env={**os.environ, "DLIMAGES_STALL_S": "20"},
+    )  # fmt: skip
+    took = time.monotonic() - started
+    server.shutdown()
+    assert done.returncode == 1 and 20 <= took < 60, (took, done.stdout + done.stderr)
+    assert f"nothing came from {registry} for 20 s while pulling {registry}/{REF}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
