@@ -3,7 +3,8 @@
 process, no local tag of the registry's name and never an unsigned release tag; Ctrl-C leaves no scratch folder and
 says so (exit 130); the scratch folder a SIGKILL leaves is removed by the next push, which then publishes the
 signed tag. And `invoke verify` against a registry that stops answering gives up, naming it, instead of waiting an
-hour (issue 32, findings 4 and 6).
+hour; an image it refuses does not stay pulled under the name; a reading container a killed process left is removed
+(issue 32, findings 4, 6 and 9).
 
 The image is the offline base with 96 MB of fresh random bytes, so each stage lasts long enough to be stopped in.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import http.server
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +26,7 @@ import pytest
 from support import free_port, require_engine
 
 from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.publish import signing
 
 pytestmark = pytest.mark.integration
 
@@ -222,3 +225,32 @@ def test_verify_gives_up_on_a_registry_that_stops_answering_and_names_it(setup: 
     assert done.returncode == 1 and 20 <= took < 60, (took, done.stdout + done.stderr)
     assert f"nothing came from {registry} for 20 s while pulling {registry}/{REF}" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_image_verify_refuses_does_not_stay_under_its_name(setup: dict[str, str], tmp_path: Path) -> None:
+    unsigned = f"{NAME}:v1-unsigned"
+    docker("tag", REF, unsigned)
+    pushed = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "push", "--image", unsigned, "--registry",
+         setup["registry"], "--no-sign", "--report", str(tmp_path / "report.json"), "--no-engine-setup"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    remote = f"{setup['registry']}/{unsigned}"
+    assert RUNNER.image_id(remote) is None  # the push's temporary tag is gone
+    refused = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "verify", "--image", remote, "--key",
+         setup["key"].replace(".key", ".pub"), "--no-engine-setup"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 1 and "not signed" in refused.stderr, refused.stdout + refused.stderr
+    assert RUNNER.image_id(remote) is None, "the refused image stayed pulled under the registry's name"
+
+
+def test_a_reading_container_left_by_a_killed_process_is_removed_by_the_next_read(setup: dict[str, str]) -> None:
+    dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True).stdout.strip()
+    owner = f"{socket.gethostname()}:{dead}"
+    left = docker("create", "--label", f"io.dlimages.reader={owner}", "--entrypoint", "/bin/true", BASE)
+    files = signing.read_files(BASE)
+    assert files["/etc/os-release"] is not None
+    assert RUNNER.docker("container", "inspect", left).code != 0, f"the container {left} a dead process left stayed"

@@ -188,11 +188,20 @@ def verify(
 def _verified(root: Path, ref: str, trust: Trust) -> Verified:
     """signing.verify, then the name: the image must be what `ref` names in matrix.yaml (tags.name_problems: a
     signed image of another cell, or of another release, under this tag is refused)."""
-    verified = verify_image(ref, trust, RUNNER)
-    asked = ref.split("@", 1)[0].split("/", 1)[1]  # its registry dropped: the matrix names images without one
-    problems = tag_rules.name_problems(asked, verified.labels, Project(root).expansion.cells)
-    if problems:
-        raise SigningError(f"{verified.ref}: " + "; ".join(problems))
+    before = RUNNER.image_id(ref)
+    try:
+        verified = verify_image(ref, trust, RUNNER)
+        asked = ref.split("@", 1)[0].split("/", 1)[1]  # its registry dropped: the matrix names images without one
+        problems = tag_rules.name_problems(asked, verified.labels, Project(root).expansion.cells)
+        if problems:
+            raise SigningError(f"{verified.ref}: " + "; ".join(problems))
+    except (SigningError, KeyboardInterrupt):
+        # What was refused does not stay under the name: the pull is undone, by name only (never another image).
+        if before is None:
+            RUNNER.docker("rmi", "--no-prune", ref)
+        elif RUNNER.image_id(ref) != before:
+            RUNNER.docker("tag", before, ref)
+        raise
     return verified
 
 

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from dlimages.publish.pushplan import PushResult, daemon_treats_as_insecure
 COSIGN_TIMEOUT_S = 300.0
 KEY_CHECK_TIMEOUT_S = 60.0  # loading a key: a file at once, a KMS key one request
 PULL_TIMEOUT_S = 3600.0
+READER_LABEL = "io.dlimages.reader"  # HOST:PID of the process whose read_files made the container
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 BASE_LOCK = "images/base-debian12.apt.lock"  # the offline base's packages, for cells built on it
 SIGN_KEY_ENV, KEYLESS_ENV = "DLIMAGES_SIGN_KEY", "DLIMAGES_KEYLESS"
@@ -308,7 +310,9 @@ def read_files(ref: str, runner: Runner = DEFAULT, paths: Sequence[str] = attest
     """The text of each file in the image (None where it has none), copied out of a container that is created
     and removed without ever running. A symlink is followed inside the image (Debian's /etc/os-release is one, to
     ../usr/lib/os-release, which the host may not have or have of another distribution)."""
-    created = runner(["docker", "create", "--entrypoint", "/bin/true", ref])
+    owner = f"{socket.gethostname()}:{os.getpid()}"
+    _remove_dead_readers(runner)
+    created = runner(["docker", "create", "--label", f"{READER_LABEL}={owner}", "--entrypoint", "/bin/true", ref])
     if not created.ok:
         raise SigningError(f"cannot read {ref}: {created.last_line}")
     container = created.out.strip()
@@ -322,6 +326,17 @@ def read_files(ref: str, runner: Runner = DEFAULT, paths: Sequence[str] = attest
     finally:
         runner(["docker", "rm", "-f", container])
     return files
+
+
+def _remove_dead_readers(runner: Runner) -> None:
+    """The containers read_files made in processes of this host that were killed before they removed them."""
+    label = '{{.ID}} {{.Label "' + READER_LABEL + '"}}'
+    listed = runner.docker("ps", "--all", "--filter", f"label={READER_LABEL}", "--format", label)
+    for line in listed.out.splitlines() if listed.ok else []:
+        container, _, owner = line.partition(" ")
+        host, _, pid = owner.rpartition(":")
+        if host == socket.gethostname() and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            runner.docker("rm", "--force", container)
 
 
 def _predicates(out: str, ref: str) -> list[dict[str, Any]]:
