@@ -124,8 +124,9 @@ def end_to_end(root: Path, engine: Path) -> list[Step]:
             for image in (PYTORCH_IMAGE, TENSORFLOW_IMAGE)
         ),
         Step(
-            "a signed image under another repository or another cell's tag does not verify",
-            f"{shlex.quote(sys.executable)} {_q(root / '.ci/substitute.py')} {registry} {PYTORCH_IMAGE} "
+            "a signed image under another repository, another cell's tag or rolled back does not verify",
+            f"COSIGN_PASSWORD={SIGNING_PASSWORD} {shlex.quote(sys.executable)} {_q(root / '.ci/substitute.py')} "
+            f"{registry} {PYTORCH_IMAGE} "
             f"{TENSORFLOW_IMAGE.rsplit(':', 1)[0]} {_q(root / SIGNING / 'cosign.pub')}",
         ),
         Step(
