@@ -19,8 +19,9 @@ from pathlib import Path
 from dlimages.build import advice
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.grammar import REFERENCE_ALLOWED, reference_problem
-from dlimages.core.references import DigestOutcome, registry_problems, split_tag
+from dlimages.core.references import DigestOutcome, registry_of, registry_problems, split_tag
 from dlimages.core.runner import Runner
+from dlimages.core.watch import Wait
 from dlimages.generate.baselock import BaseLock, Resolved, registry_is_loopback, resolve_digest, unpinned_warning
 from dlimages.model.cells import Cell
 from dlimages.model.spec import Matrix
@@ -29,6 +30,7 @@ DOCKER_HUB = "docker.io"
 _HUB_ALIASES = (DOCKER_HUB, "index.docker.io", "registry-1.docker.io")
 COPY_TIMEOUT_S = 3600.0  # a 6 GB image over a slow link
 COPY_RETRIES = 3  # skopeo's own retries of a failed request, with its backoff
+COPY_TIMEOUT_S = 3600.0  # one base (a CUDA devel image is about 4 GB compressed) over a slow link
 
 
 def _registry_host(ref: str) -> str | None:
@@ -321,7 +323,15 @@ def copy(item: Copy, runner: Runner, workdir: Path, on_line: Callable[[str], Non
     start = time.monotonic()
     try:
         for argv in item.commands(workdir):
-            code = runner.stream(argv, show)
+            if argv[0] == "skopeo":  # a registry on the other end: watched, as it can fall silent
+                wait = Wait(f"copying {item.source}", registry_of(item.destination), COPY_TIMEOUT_S)
+                done = runner.watched(argv, wait)
+                for line in done.out.splitlines():
+                    show(line)
+                code = 1 if done.hung else done.code
+                tail.append(done.err if done.hung else "")
+            else:
+                code = runner.stream(argv, show)
             if code != 0:
                 said = next((line for line in reversed(tail) if line.strip()), "no output")
                 return Copied(item, time.monotonic() - start, problem=f"{argv[0]} exited {code}: {said}")

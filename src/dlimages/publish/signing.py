@@ -357,7 +357,7 @@ def _signature_problem(done: Result, trust: Trust) -> str:
     if "no signatures found" in text:
         return "not signed"
     if "no matching signatures" in text or "invalid signature" in text or "none of the expected identities" in text:
-        return f"signed, but not by {trust.describe()}"
+        return f"signed, but not by {trust.describe()} (cosign: {_cosign_reason(done)})"
     return f"the signature does not verify: {_cosign_reason(done)}"
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.imagestore import CONTAINERD, EXPORT, Built, config_digest, image_store
-from dlimages.core.references import image_problems
+from dlimages.core.references import image_problems, registry_of
 from dlimages.core.runner import Runner
+from dlimages.core.watch import Wait
 from dlimages.repro.comparison import ImageComparison
 from dlimages.repro.layerdiff import CompareError, compare_images
 
@@ -153,7 +154,9 @@ def given_image(against: str, runner: Runner) -> tuple[str | None, str]:
     not."""
     known = runner.image_id(against)
     if known is None and digest(against):
-        pulled = runner.docker("pull", against, timeout=PULL_TIMEOUT_S)
+        pulled = runner.watched(
+            ["docker", "pull", against], Wait(f"pulling {against}", registry_of(against), PULL_TIMEOUT_S)
+        )
         if not pulled.ok:
             said = pulled.last_line.lower()
             meaning = next((why for needles, why in PULL_FAILURES if any(n in said for n in needles)), "pull failed")
