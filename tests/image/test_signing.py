@@ -122,10 +122,15 @@ def images(setup: dict[str, Path]) -> Iterator[dict[str, str]]:
         docker("buildx", "build", "--load", "--provenance=false", "--tag", made[kind], str(context))
     yield made
     # Every image of this run, under any name: the local tags, and what pushes and verify pulled from the registries.
-    listed = RUNNER.docker("image", "ls", "--format", "{{.Repository}} {{.ID}}").out.split("\n")
-    ids = {line.split()[1] for line in listed if line.split() and NAME in line.split()[0]}
-    if ids:
-        RUNNER.docker("image", "rm", "--force", *sorted(ids))
+    # By name, never by ID: another xdist worker's images of the same content share the ID, and --force would take
+    # its tags too.
+    listed = RUNNER.docker("image", "ls", "--digests", "--format", "{{.Repository}} {{.Tag}} {{.Digest}}").out
+    names = set()
+    for repository, tag, digest in (line.split() for line in listed.splitlines() if len(line.split()) == 3):
+        if NAME in repository:
+            names.add(f"{repository}:{tag}" if tag != "<none>" else f"{repository}@{digest}")
+    if names:
+        RUNNER.docker("image", "rm", *sorted(names))
 
 
 def push(image: str, registry: str, tmp_path: Path, *flags: str) -> str:
