@@ -247,7 +247,8 @@ def bench(c: Context, **flags: Any) -> None:
 
 @command(
     help={
-        "gpu": "GPU architecture(s) of the node to ask about, e.g. sm_90 or 8.6,9.0 (with --driver)",
+        "gpu": "GPU model(s) or architecture(s) of the node to ask about, e.g. H100, 'RTX 4090,L40S', GB200, sm_90 "
+        "or 8.6,9.0 (with --driver; a model gives its brand, and GH200/GB200 their Arm CPU)",
         "driver": "NVIDIA driver version of that node, e.g. 535.104.05 (with --gpu)",
         "brand": "GPU brand(s) as the container toolkit names them: tesla or nvidia (data-center), geforce, quadro, "
         "nvidiartx, ...; one for all or one each (default: read on this host; for --gpu: not data-center)",

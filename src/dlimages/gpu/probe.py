@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import platform
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,7 +41,9 @@ def probe_host(
     driver, gpus = probe_gpus(runner, nvml_capabilities or _nvml_capabilities, nvml_brands or _nvml_brands)
     runtime = probe_container_runtime(runner, cdi_dirs=cdi_dirs, which=which)
     toolkit, engine = probe_toolkit(runner), _stdout(runner, ENGINE_VERSION, DOCKER_TIMEOUT_S)
-    return Node(driver, gpus, runtime, "this host", toolkit, engine.strip() if engine and engine.strip() else None)
+    cpu = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine() or None)
+    engine = engine.strip() if engine and engine.strip() else None
+    return Node(driver, gpus, runtime, "this host", toolkit, engine, cpu)
 
 
 ENGINE_VERSION = ["docker", "version", "--format", "{{.Server.Version}}"]  # the engine, not the client

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from dlimages.core.errors import InputError, Problem
-from dlimages.model import compat, toolkit
+from dlimages.model import compat, gpumodels, toolkit
 from dlimages.model.cells import Cell
 from dlimages.model.compat import DriverFit, driver_key
 from dlimages.payload import dl_stack
@@ -24,6 +24,7 @@ RUNTIME_MISSING = (
 )
 NO_DRIVER = "no NVIDIA driver found (nvidia-smi missing or failing)"
 NO_GPU = "no NVIDIA GPU visible"
+CPU_SOURCE = f"GH200, GB200 and GB300 hosts have NVIDIA's Arm CPU, Grace: {gpumodels.ARM_HOSTS}"
 # The brand a GPU of unknown brand is judged as: one the bases name, without forward compatibility.
 NOT_DATA_CENTER = "geforce"
 # Compute capabilities only data-center GPUs have (A100/A30; H100/H200/GH200): no GeForce, RTX or TITAN part is sm_80
@@ -50,6 +51,7 @@ class Node:
     source: str  # "this host" or "given"
     toolkit: str | None = None  # the NVIDIA container toolkit's version ("1.17.8"); None: not known
     engine: str | None = None  # the Docker engine's version ("26.1.5"); None: not known
+    cpu: str | None = None  # the host's CPU as Docker names platforms ("amd64", "arm64"); None: not known
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ def parse_arch(text: str) -> str:
         match = form.fullmatch(cleaned)
         if match:
             return dl_stack.arch_name((int(match["major"]), int(match["minor"])))
-    raise InputError([Problem("--gpu", f"{text!r} is not a GPU architecture", "e.g. sm_90 or 9.0")])
+    raise InputError([Problem("--gpu", f"{text!r} is no GPU model or architecture", f"{gpumodels.EXAMPLES}; sm_90")])
 
 
 def parse_driver(text: str) -> str:
@@ -158,6 +160,10 @@ def node_from_flags(
     else:
         entries = [entry.strip() for entry in gpu.split(",")]
         for index, entry in enumerate(entries):
+            model = gpumodels.find(entry)
+            if model is not None:
+                gpus.append(Gpu(model.name, model.arch))
+                continue
             try:
                 gpus.append(Gpu(f"GPU {index}", parse_arch(entry)))
             except InputError as error:
@@ -170,7 +176,10 @@ def node_from_flags(
             parsed_driver = parse_driver(driver)
         except InputError as error:
             problems += error.problems
-    node = Node(driver=parsed_driver, gpus=tuple(gpus), container_runtime=None, source="given", toolkit=given_kit)
+    hosts = {m.host_arch for m in map(gpumodels.find, (g.name for g in gpus)) if m is not None and m.host_arch}
+    node = Node(parsed_driver, tuple(gpus), None, "given", given_kit, cpu=next(iter(sorted(hosts)), None))
+    if parsed_driver is not None and not brands:  # a model's name says its brand
+        node = dataclasses.replace(node, gpus=tuple(_named_brand(g, parsed_driver) for g in node.gpus))
     if brands and gpus and parsed_driver is not None:
         # Tesla and NVIDIA both say data-center; NVML reports the one this driver knows (data_center_brand).
         given = tuple(data_center_brand(parsed_driver) if b in compat.DATA_CENTER_BRANDS else b for b in brands)
@@ -178,6 +187,10 @@ def node_from_flags(
     if problems:
         raise InputError(problems)
     return node
+
+
+def _named_brand(gpu: Gpu, driver: str) -> Gpu:
+    return dataclasses.replace(gpu, brand=brand_from_name(gpu.name, driver)) if gpumodels.find(gpu.name) else gpu
 
 
 def _with_brands(node: Node, brands: tuple[str, ...], problems: list[Problem]) -> Node:
@@ -194,7 +207,7 @@ def _with_brands(node: Node, brands: tuple[str, ...], problems: list[Problem]) -
 
 # Data-center GPU models, for a name nvidia-smi gives without a brand (it has no brand field; NVML has).
 _DATA_CENTER_NAME = re.compile(
-    r"\b(tesla|[abhkl][0-9]{1,3}[a-z]?|gh200|gb200|b200|b100|t4|v100|p100|p40|p4|m60|m40|k80|dgx)\b"
+    r"\b(tesla|[abhkl][0-9]{1,3}[a-z]?|gh200|gb[0-9]{2,3}|t4|v100|p100|p40|p4|m60|m40|k80|dgx)\b"
 )
 
 
@@ -306,6 +319,8 @@ def verdict(cell: Cell, node: Node) -> Verdict:
             )
     archs = [gpu.arch for gpu in node.gpus]
     notes += [f"{c.text} ({c.source})" for c in cell.caveats if driver is not None and c.concerns(driver, archs)]
+    if node.cpu not in (None, "amd64"):
+        reasons.append(f"this node's CPU is {node.cpu} ({CPU_SOURCE}): the images are built for linux/amd64 only")
     if node.container_runtime is False:
         reasons.append(RUNTIME_MISSING)
     elif node.container_runtime is None:

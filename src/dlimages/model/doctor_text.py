@@ -26,6 +26,7 @@ def describe_node(node: Node) -> str:
         f"node ({node.source}): driver {node.driver or 'none found'}; GPUs: {gpus or 'none'}; "
         f"NVIDIA container runtime: {runtime}; container toolkit {node.toolkit or 'version not known'}"
         + (f"; Docker {node.engine}" if node.engine else "")
+        + (f"; CPU {node.cpu}" if node.cpu else "")
     )
 
 
