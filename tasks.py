@@ -247,12 +247,13 @@ def bench(c: Context, **flags: Any) -> None:
 
 @command(
     help={
-        "gpu": "GPU model(s) or architecture(s) of the node to ask about, e.g. H100, 'RTX 4090,L40S', GB200, sm_90 "
-        "or 8.6,9.0 (with --driver; a model gives its brand, and GH200/GB200 their Arm CPU)",
+        "gpu": "GPU model(s) or architecture(s) of the node, e.g. H100, 'RTX 4090,L40S', GB200, sm_90, 8.6,9.0",
         "driver": "NVIDIA driver version of that node, e.g. 535.104.05 (with --gpu)",
         "brand": "GPU brand(s) as the container toolkit names them: tesla or nvidia (data-center), geforce, quadro, "
         "nvidiartx, ...; one for all or one each (default: read on this host; for --gpu: not data-center)",
         "toolkit": "the node's NVIDIA container toolkit version, e.g. 1.17.8 (default: read on this host)",
+        "nodes": "judge a fleet: a YAML/JSON list of {name, gpu, driver[, brand, toolkit, cpu]} or `kubectl get nodes "
+        "-o json` (GPU Feature Discovery's labels); a node-by-image table",
         "json": f"print a JSON array: each cell as `{usage.MATRIX_JSON}` gives it, plus runs, runs_through, reasons, "
         "needs_driver and run_notes",
     },

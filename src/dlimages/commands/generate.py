@@ -19,7 +19,7 @@ from dlimages.generate.changes import changed_since
 from dlimages.generate.project import Project
 from dlimages.gpu import probe
 from dlimages.model import doctor as node_doctor
-from dlimages.model import doctor_text
+from dlimages.model import doctor_text, fleet
 from dlimages.model.cells import Cell
 from dlimages.model.selection import flags_for, select
 from dlimages.model.tables import cells_table, exclusions_text
@@ -175,9 +175,23 @@ def doctor(
     driver: str | None = None,
     brand: str | None = None,
     toolkit: str | None = None,
+    nodes: str | None = None,
     json_: bool = False,
 ) -> str:
-    """Which cells run on this GPU node (or the one `gpu` and `driver` describe), and how: a report or JSON."""
+    """Which cells run on this GPU node (or the one `gpu` and `driver` describe, or on each node of the fleet file
+    `nodes`), and how: a report or JSON."""
+    if nodes is not None:
+        given = [f"--{name}" for name, value in (("gpu", gpu), ("driver", driver), ("brand", brand)) if value]
+        if given:
+            said = f"describes the nodes itself: {', '.join(given)} cannot be given with it"
+            raise InputError([Problem("--nodes", said, f"--nodes FILE alone ({fleet.NODES_ALLOWED})")])
+        try:
+            text = Path(nodes).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise InputError([Problem("--nodes", f"cannot read {nodes!r} ({error})", fleet.NODES_ALLOWED)]) from None
+        found = fleet.read_fleet(text, nodes)
+        cells = project.expansion.cells
+        return json.dumps(fleet.fleet_rows(cells, found), indent=2) if json_ else fleet.fleet_table(cells, found)
     node = node_doctor.node_from_flags(gpu, driver, probe.probe_host, brand, toolkit)
     rows = node_doctor.report(project.expansion.cells, node)
     return json.dumps(rows, indent=2) if json_ else doctor_text.format_report(rows, node)
