@@ -251,7 +251,7 @@ def bench(c: Context, **flags: Any) -> None:
         "driver": "NVIDIA driver version of that node, e.g. 535.104.05 (with --gpu)",
         "brand": "GPU brand(s) as the container toolkit names them: tesla or nvidia (data-center), geforce, quadro, "
         "nvidiartx, ...; one for all or one each (default: read on this host; for --gpu: not data-center)",
-        "toolkit": "the node's NVIDIA container toolkit version, e.g. 1.17.8 (default: read on this host)",
+        "toolkit": "the node's NVIDIA container toolkit version, e.g. 1.17.8, or none (default: read on this host)",
         "nodes": "judge a fleet: a YAML/JSON list of {name, gpu, driver[, brand, toolkit, cpu]} or `kubectl get nodes "
         "-o json` (GPU Feature Discovery's labels); a node-by-image table",
         "json": f"print a JSON array: each cell as `{usage.MATRIX_JSON}` gives it, plus runs, runs_through, reasons, "

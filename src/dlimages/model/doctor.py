@@ -139,7 +139,8 @@ def node_from_flags(
             brands = parse_brand(brand)
         except InputError as error:
             problems += error.problems
-    if kit is not None:
+    no_kit = kit is not None and kit.strip().lower() == toolkit.NONE  # no container toolkit: no GPU container starts
+    if kit is not None and not no_kit:
         try:
             given_kit = toolkit.parse_toolkit(kit)
         except InputError as error:
@@ -149,6 +150,7 @@ def node_from_flags(
             raise InputError(problems)
         node = probe()
         node = dataclasses.replace(node, toolkit=given_kit) if given_kit else node
+        node = dataclasses.replace(node, toolkit=None, container_runtime=False) if no_kit else node
         if brands and node.gpus:
             node = _with_brands(node, brands, problems)
         if problems:
@@ -177,7 +179,8 @@ def node_from_flags(
         except InputError as error:
             problems += error.problems
     hosts = {m.host_arch for m in map(gpumodels.find, (g.name for g in gpus)) if m is not None and m.host_arch}
-    node = Node(parsed_driver, tuple(gpus), None, "given", given_kit, cpu=next(iter(sorted(hosts)), None))
+    runtime = False if no_kit else None
+    node = Node(parsed_driver, tuple(gpus), runtime, "given", given_kit, cpu=next(iter(sorted(hosts)), None))
     if parsed_driver is not None and not brands:  # a model's name says its brand
         node = dataclasses.replace(node, gpus=tuple(_named_brand(g, parsed_driver) for g in node.gpus))
     if brands and gpus and parsed_driver is not None:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from dlimages.core.errors import InputError, Problem
 
-TOOLKIT_ALLOWED = "MAJOR.MINOR.PATCH, e.g. 1.17.8 (`nvidia-ctk --version` or `nvidia-container-cli --version`)"
+_PRINTS = "`nvidia-ctk --version` or `nvidia-container-cli --version`"
+TOOLKIT_ALLOWED = f"MAJOR.MINOR.PATCH, e.g. 1.17.8 ({_PRINTS}), or none (not installed)"
 _VERSION = re.compile(r"(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})")
 # What `nvidia-ctk --version` ("NVIDIA Container Toolkit CLI version 1.17.4") and `nvidia-container-cli --version`
 # ("cli-version: 1.17.4") print first.
@@ -43,6 +44,9 @@ class CompatLibraries:
 
     loads: bool
     condition: str
+
+
+NONE = "none"  # --toolkit none: the node has no NVIDIA container toolkit
 
 
 def parse_toolkit(text: str) -> str:

@@ -85,3 +85,8 @@ def test_a_name_that_is_no_model_is_refused_naming_what_is_allowed() -> None:
     (problem,) = raised.value.problems
     assert problem.where == "--gpu" and "'A10G' is no GPU model or architecture" in problem.message
     assert "H100" in problem.allowed and "sm_90" in problem.allowed
+
+
+def test_toolkit_none_is_a_node_where_no_gpu_container_starts() -> None:
+    node = node_from_flags("H100", "550.54.15", _no_probe, kit="none")
+    assert node.container_runtime is False and node.toolkit is None
