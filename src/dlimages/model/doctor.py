@@ -446,7 +446,8 @@ def report(cells: Iterable[Cell], node: Node) -> list[dict[str, object]]:
     """One JSON object per cell: the cell's fields exactly as `invoke matrix --json` has them, plus
     "runs" (bool), "runs_through" (how: "toolkit driver", "minor-version compatibility", "forward compatibility";
     null when it does not run), "reasons" (list of str, empty when it runs), "needs_driver" (the oldest driver that
-    runs it on these GPUs, when the driver is a reason; else null) and "run_notes" (list of str).
+    runs it on these GPUs, when the driver is a reason; else null), "run_notes" (list of str), "condition" (the
+    verdict as a code: `condition`) and "sources" (the URLs its reasons and notes cite).
 
     The doctor's notes go under "run_notes" because the cell's own "notes" key is part of `as_json()`.
     """
@@ -462,9 +463,30 @@ def report(cells: Iterable[Cell], node: Node) -> list[dict[str, object]]:
                 "reasons": list(judged.reasons),
                 "needs_driver": judged.needs_driver,
                 "run_notes": [*judged.notes, *old_engine],
+                "condition": condition(judged),
+                "sources": sorted(
+                    {url.rstrip(".,;") for text in judged.reasons + judged.notes for url in _URL.findall(text)}
+                ),
             }
         )
     return rows
+
+
+_URL = re.compile(r"https?://[^\s)\]]+")
+_CAUSES: tuple[tuple[str, str], ...] = (("this node's CPU is", "cpu-architecture"), (NO_DRIVER, "no-driver"))
+_CAUSES += ((NO_GPU, "no-gpu"), (RUNTIME_MISSING, "no-container-runtime"), ("no kernels for", "no-kernels"))
+
+
+def condition(judged: Verdict) -> str:
+    """The verdict for machines: how it runs ("toolkit-driver", "minor-version-compatibility",
+    "forward-compatibility"), or what stops it, the most basic first ("cpu-architecture", "no-driver", "no-gpu",
+    "no-container-runtime", "no-kernels", "driver>=X"; "other" for the rest)."""
+    if judged.runs:
+        return (judged.runs_through or compat.TOOLKIT_DRIVER).replace(" ", "-")
+    for start, code in _CAUSES:
+        if any(reason.startswith(start) for reason in judged.reasons):
+            return code
+    return f"driver>={judged.needs_driver}" if judged.needs_driver else "other"
 
 
 def _major(version: str) -> int:

@@ -522,7 +522,21 @@ def test_report_is_the_matrix_json_plus_the_verdict(cells: tuple[Cell, ...]) -> 
     for c, row in zip(cells, rows, strict=True):
         expected = c.as_json()
         assert {k: row[k] for k in expected} == expected
-        assert set(row) == {*expected, "runs", "runs_through", "reasons", "needs_driver", "run_notes"}
+        assert set(row) == {
+            *expected,
+            "runs",
+            "runs_through",
+            "reasons",
+            "needs_driver",
+            "run_notes",
+            "condition",
+            "sources",
+        }
+        runs_as = str(row["runs_through"]).replace(" ", "-")
+        assert row["condition"] == runs_as if row["runs"] else not str(row["condition"]).endswith("compatibility")
+        assert all(
+            url.startswith("http") and url in " ".join([*row["reasons"], *row["run_notes"]]) for url in row["sources"]
+        )
         assert isinstance(row["runs"], bool)
         reasons, notes = row["reasons"], row["run_notes"]
         assert isinstance(reasons, list) and all(isinstance(r, str) for r in reasons)
