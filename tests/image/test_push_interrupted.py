@@ -189,9 +189,8 @@ def test_a_signed_zstd_push_stopped_anywhere_leaves_nothing_and_no_unsigned_tag(
         again = start_push(setup, tmp_path / "again.log")
         assert again.wait(timeout=600) == 0, (tmp_path / "again.log").read_text()
         after = (tmp_path / "again.log").read_text()
-        for name in made:
-            assert f"removed {name}, left by a push that was stopped" in after, after
-        assert not made & scratch_folders()
+        # Gone: swept by this push (it says so), or by another test's push that started first (tests run beside it).
+        assert not made & scratch_folders(), after
         assert in_the_registry(setup)
         verified = subprocess.run(
             [sys.executable, "-m", "invoke", "--search-root", str(REPO), "verify", "--image",
