@@ -214,12 +214,21 @@ def test_xla_finds_libdevice_and_ptxas(container: Container, image: Image) -> No
 
 
 def test_preinstalled_packages_import(container: Container, image: Image) -> None:
-    modules = [*PACKAGE_SET, *FRAMEWORKS[image.label("framework")].modules]
+    """Every package of the set, the framework, and those of its companions the cell installs (torch 2.12 on has no
+    torchaudio; that the installed packages are the lock's is test_the_image_keeps_its_lock's)."""
+    framework, *companions = FRAMEWORKS[image.label("framework")].modules
     found = container.python_json(
-        "import importlib, json, os, sys, traceback\n"
+        "import importlib, importlib.metadata, json, os, sys, traceback\n"
         "os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'\n"
         "result = {}\n"
-        f"for name in {modules!r}:\n"
+        f"modules = {[*PACKAGE_SET, framework]!r}\n"
+        f"for name in {companions!r}:\n"
+        "    try:\n"
+        "        importlib.metadata.distribution(name)\n"
+        "        modules.append(name)\n"
+        "    except importlib.metadata.PackageNotFoundError:\n"
+        "        pass\n"
+        "for name in modules:\n"
         "    try:\n"
         "        result[name] = str(getattr(importlib.import_module(name), '__version__', 'ok'))\n"
         "    except BaseException as error:\n"

@@ -15,7 +15,7 @@ from dlimages.core import usage
 from dlimages.core.errors import InputError
 from dlimages.model import tags as tag_rules
 from dlimages.model.compat import Candidate, DriverRule, Reason, driver_key, driver_rule, judge, os_for_python
-from dlimages.model.spec import Matrix, Variant, version_key
+from dlimages.model.spec import Matrix, Variant, override_applies, version_key
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,9 @@ def _make_cell(matrix: Matrix, c: Candidate) -> Cell:
                 "compatible by cuDNN's same-major, newer-minor rule"
             )
     pins = dict(matrix.packages.default)
-    pins.update(matrix.packages.overrides.get(f"{framework.package}=={c.version}", {}))
+    for key, override in matrix.packages.overrides.items():
+        if override_applies(key, framework.package, c.version) or override_applies(key, "python", c.python):
+            pins.update(override)
     return Cell(
         image=matrix.images[c.framework].name,
         release=matrix.release,

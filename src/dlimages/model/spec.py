@@ -259,6 +259,8 @@ class Packages(Model):
     apt: list[Name] = Field(min_length=1)
     pip: Version
     default: dict[Name, Version] = Field(min_length=1)
+    # Pins that replace the default set's for the releases, or the Pythons, a key names (`PACKAGE` or `python`, then
+    # conditions: tensorflow==2.4.0, torch>=2.5, python>=3.12), applied in the order given, later keys over earlier.
     overrides: dict[str, dict[Name, Version]] = Field(default_factory=dict)
 
 
@@ -422,7 +424,7 @@ def cross_check(m: Matrix, f: str) -> list[Problem]:
                         f'{f}: nvidia_cuda.toolkits."{cuda}".os[{i}]', f"unknown OS {os_name!r}", allowed_list(oses)
                     )
                 )
-    releases = {f"{fw.package}=={version}" for fw in m.frameworks.values() for version in fw.releases}
+    releases = {(fw.package, version) for fw in m.frameworks.values() for version in fw.releases}
     for name, framework in m.frameworks.items():
         for version, release in framework.releases.items():
             for cuda, variant in release.variants.items():
@@ -434,9 +436,15 @@ def cross_check(m: Matrix, f: str) -> list[Problem]:
                 if variant.index_url and variant.find_links:
                     problems.append(Problem(where, "give either `index_url` or `find_links`, not both"))
     for key, pins in m.packages.overrides.items():
-        if key not in releases:
+        pythons = {("python", python) for python in m.axes.python}
+        if not any(override_applies(key, package, version) for package, version in releases | pythons):
             problems.append(
-                Problem(f"{f}: packages.overrides.{key}", "names no framework release", allowed_list(sorted(releases)))
+                Problem(
+                    f"{f}: packages.overrides.{key}",
+                    "names no framework release",
+                    "a framework package or `python` with conditions that hold for one of its releases or Python "
+                    "versions, e.g. tensorflow==2.4.0, torch>=2.5, tensorflow>=2.15,<2.18, python>=3.12; releases: " + ", ".join(sorted(f"{p}=={v}" for p, v in releases)),
+                )
             )
         for package in pins:
             if package not in m.packages.default:
@@ -455,6 +463,32 @@ def cross_check(m: Matrix, f: str) -> list[Problem]:
                 Problem(f"{f}: mirrors.{name}.pytorch_wheels", "must contain the `{variant}` placeholder (e.g. cu118)")
             )
     return problems
+
+
+_CONDITION = re.compile(r"(==|>=|<=|<|>)([0-9]+(?:\.[0-9]+)*)")
+_COMPARE = {
+    "==": lambda a, b: a == b,
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b,
+    ">": lambda a, b: a > b,
+}
+
+
+def override_applies(key: str, package: str, version: str) -> bool:
+    """Whether a `packages.overrides` key (`PACKAGE` then comma-separated conditions: tensorflow==2.4.0,
+    torch>=2.5, tensorflow>=2.15,<2.18) holds for this release; a key that is none of these holds for nothing."""
+    conditions = key.removeprefix(package).split(",")
+    matches = [_CONDITION.fullmatch(condition) for condition in conditions]
+    if not key.startswith(package) or not all(matches):
+        return False
+    have = version_key(version)
+    # == compares as far as the wanted version goes: tensorflow==2.4 holds for 2.4.0 and 2.4.4.
+    return all(
+        _COMPARE[m[1]](have[: len(version_key(m[2]))] if m[1] == "==" else have, version_key(m[2]))
+        for m in matches
+        if m is not None
+    )
 
 
 def version_key(version: str) -> tuple[int, ...]:

@@ -450,11 +450,20 @@ def test_tensorflow_cells_that_train_with_xla_carry_libdevice(
     assert cells
     for c in cells:
         major = c.cuda.split(".")[0]
-        [nvcc] = [r for r in c.install.requirements if r.startswith(f"nvidia-cuda-nvcc-cu{major}==")]
+        framework_lock = REPO / "images" / c.framework / c.slug / "framework.lock"
+        named = [r for r in c.install.requirements if r.startswith(f"nvidia-cuda-nvcc-cu{major}==")]
+        if not named:
+            # tensorflow[and-cuda] (2.15 on) pins the wheel itself, and TensorFlow finds it from 2.14 on (the image
+            # test test_xla_finds_libdevice_and_ptxas checks where it looks).
+            assert c.install.requirements[0].startswith("tensorflow[and-cuda]=="), f"{c.slug}: no nvcc wheel"
+            if framework_lock.is_file():
+                pattern = rf"^nvidia-cuda-nvcc-cu{major}=={re.escape(c.cuda)}\.[0-9.]+ \\$"
+                assert re.search(pattern, framework_lock.read_text(), re.MULTILINE), f"{c.slug}: no CUDA {c.cuda} nvcc"
+            continue
+        [nvcc] = named
         assert nvcc.split("==")[1].startswith(f"{c.cuda}."), f"{c.slug}: {nvcc} is not CUDA {c.cuda}'s"
         folder = f"/opt/venv/lib/python{c.python}/site-packages/nvidia/cuda_nvcc"
         assert f"ENV XLA_FLAGS=--xla_gpu_cuda_data_dir={folder}" in _instructions(rendered[c.dockerfile]), c.slug
-        framework_lock = REPO / "images" / c.framework / c.slug / "framework.lock"
         if framework_lock.is_file():
             assert re.search(rf"^{re.escape(nvcc)} \\$", framework_lock.read_text(), re.MULTILINE), c.slug
 

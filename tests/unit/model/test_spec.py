@@ -16,7 +16,7 @@ import yaml
 
 from dlimages.core.errors import InputError
 from dlimages.model.matrixyaml import VersionsAsText
-from dlimages.model.spec import Matrix, load_matrix, parse_matrix
+from dlimages.model.spec import Matrix, load_matrix, override_applies, parse_matrix
 
 FIXTURE_MATRIX = Path(__file__).resolve().parents[2] / "fixtures/matrix.yaml"
 MATRIX_TEXT = FIXTURE_MATRIX.read_text(encoding="utf-8")
@@ -299,8 +299,10 @@ _PYTORCH_211_CU118 = ("frameworks", "pytorch", "releases", "2.1.2", "variants", 
         ),
         pytest.param(
             _edit(("packages", "overrides", "tensorflow==2.5.0"), {"numpy": "1.19.5"}),
-            "matrix.yaml: packages.overrides.tensorflow==2.5.0: names no framework release "
-            f"(allowed: {_FRAMEWORK_RELEASES})",
+            "matrix.yaml: packages.overrides.tensorflow==2.5.0: names no framework release (allowed: a framework "
+            "package or `python` with conditions that hold for one of its releases or Python versions, e.g. "
+            "tensorflow==2.4.0, torch>=2.5, tensorflow>=2.15,<2.18, python>=3.12; releases: "
+            f"{_FRAMEWORK_RELEASES})",
             id="override-unknown-release",
         ),
         pytest.param(
@@ -511,3 +513,24 @@ def test_architectures_and_names_take_ascii_only(report: Report, data: dict[str,
         "axes.flavor[1]",
         'cuda."11.8".gpu_archs[' + str(len(data["cuda"]["11.8"]["gpu_archs"]) - 1) + "]",
     ]
+
+
+@pytest.mark.parametrize(
+    ("key", "package", "version", "holds"),
+    [
+        ("tensorflow==2.4.0", "tensorflow", "2.4.0", True),
+        ("tensorflow==2.4.0", "tensorflow", "2.4.4", False),
+        ("tensorflow==2.18", "tensorflow", "2.18.1", True),  # == holds as far as the version given goes
+        ("torch>=2.5", "torch", "2.4.1", False),
+        ("torch>=2.5", "torch", "2.15.0", True),
+        ("tensorflow>=2.15,<2.18", "tensorflow", "2.17.1", True),
+        ("tensorflow>=2.15,<2.18", "tensorflow", "2.18.1", False),
+        ("python>=3.12", "python", "3.13", True),
+        ("python>=3.12", "python", "3.11", False),
+        ("torchvision>=0.2", "torch", "2.5.1", False),  # another package whose name starts with the same letters
+        ("torch", "torch", "2.5.1", False),  # no condition
+        ("torch~=2.5", "torch", "2.5.1", False),  # an operator it does not know
+    ],
+)
+def test_an_override_key_holds_for_the_releases_it_names(key: str, package: str, version: str, holds: bool) -> None:
+    assert override_applies(key, package, version) is holds
