@@ -248,7 +248,7 @@ def bench(c: Context, **flags: Any) -> None:
 @command(
     help={
         "gpu": "GPU model(s) or architecture(s) of the node, e.g. H100, 'RTX 4090,L40S', GB200, sm_90, 8.6,9.0",
-        "driver": "NVIDIA driver version of that node, e.g. 535.104.05 (with --gpu)",
+        "driver": "NVIDIA driver of that node (with --gpu): a version, e.g. 535.104.05, or a branch such as R580",
         "brand": "GPU brand(s) as the container toolkit names them: tesla or nvidia (data-center), geforce, quadro, "
         "nvidiartx, ...; one for all or one each (default: read on this host; for --gpu: not data-center)",
         "toolkit": "the node's NVIDIA container toolkit version, e.g. 1.17.8, or none (default: read on this host)",

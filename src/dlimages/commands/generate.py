@@ -19,7 +19,7 @@ from dlimages.generate.changes import changed_since
 from dlimages.generate.project import Project
 from dlimages.gpu import probe
 from dlimages.model import doctor as node_doctor
-from dlimages.model import doctor_text, fleet
+from dlimages.model import doctor_text, fleet, gpunode
 from dlimages.model.cells import Cell
 from dlimages.model.selection import flags_for, select
 from dlimages.model.tables import cells_table, exclusions_text
@@ -192,6 +192,6 @@ def doctor(
         found = fleet.read_fleet(text, nodes)
         cells = project.expansion.cells
         return json.dumps(fleet.fleet_rows(cells, found), indent=2) if json_ else fleet.fleet_table(cells, found)
-    node = node_doctor.node_from_flags(gpu, driver, probe.probe_host, brand, toolkit)
+    node = gpunode.node_from_flags(gpu, driver, probe.probe_host, brand, toolkit)
     rows = node_doctor.report(project.expansion.cells, node)
     return json.dumps(rows, indent=2) if json_ else doctor_text.format_report(rows, node)
