@@ -18,7 +18,7 @@ import jinja2
 
 from dlimages.core.errors import InputError, Problem
 from dlimages.generate.templating import environment
-from dlimages.model import doctor
+from dlimages.model import doctor, gpunode
 from dlimages.model.cells import Cell, Exclusion, Expansion
 from dlimages.model.compat import Candidate, DriverRule
 from dlimages.model.spec import Matrix, version_key
@@ -392,7 +392,7 @@ def example_nodes(env: jinja2.Environment, expansion: Expansion) -> str:
     """What the doctor says about EXAMPLE_NODES: how many images run, how, and which do not and why."""
     rows: list[Row] = []
     for example in EXAMPLE_NODES:
-        node = doctor.node_from_flags(example.gpu, example.driver, _no_probe, example.brand)
+        node = gpunode.node_from_flags(example.gpu, example.driver, _no_probe, example.brand)
         runs: dict[str, int] = {}
         causes: dict[str, list[Cell]] = {}
         for cell in expansion.cells:
@@ -412,5 +412,5 @@ def example_nodes(env: jinja2.Environment, expansion: Expansion) -> str:
     return env.get_template(f"{DOCS}/nodes.md.j2").render(cells=len(expansion.cells), rows=rows)
 
 
-def _no_probe() -> doctor.Node:
+def _no_probe() -> gpunode.Node:
     raise AssertionError("example nodes are given by flags; nothing is probed")  # pragma: no cover

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from dlimages.core.errors import InputError
 from dlimages.core.runner import DEFAULT, Runner
 from dlimages.model import compat, toolkit
-from dlimages.model.doctor import Gpu, Node, brand_from_name, parse_arch, parse_driver
+from dlimages.model.gpunode import Gpu, Node, brand_from_name, parse_arch, parse_driver
 
 T = TypeVar("T")
 

@@ -222,6 +222,10 @@ class DriverRule:
     cuda_compat: str | None  # the driver branch of the base's cuda-compat libraries ("520"); None without them
     require_cuda: str  # NVIDIA_REQUIRE_CUDA in the image: set by its Dockerfile (wheels) or by its nvidia/cuda base
     jit_driver: str | None = None  # the oldest driver that JIT-compiles the PTX, for GPUs of jit_from's major
+    # An nvidia/cuda base's: the oldest driver that runs it where the container toolkit leaves the base's cuda-compat
+    # libraries unloaded, so that CUDA runs on the host's driver alone (its CUDA major's minor-version floor); None
+    # for wheels, whose compat_driver is that floor already.
+    minor_floor: str | None = None
 
     def jit_by(self, arch: str | None) -> str:
         """The oldest driver that runs the build's PTX on a GPU of `arch` ("8.6"): `jit_driver` within the major
@@ -261,23 +265,34 @@ class DriverRule:
         toolkit's `cuda>=` compares with)."""
         return driver_key(driver)[0] >= driver_key(self.toolkit_driver)[0]
 
-    def fit(self, driver: str, *, brand: str | None, arch: str | None, needs_jit: bool) -> DriverFit:
-        """How the image runs on one GPU with this driver, or why not; `needs_jit`: the build has only PTX for it.
+    def fit(
+        self, driver: str, *, brand: str | None, arch: str | None, needs_jit: bool, compat_libs: bool = True
+    ) -> DriverFit:
+        """How the image runs on one GPU with this driver, or why not; `needs_jit`: the build has only PTX for it;
+        `compat_libs`: whether the container toolkit loads the base's cuda-compat libraries (model/toolkit).
 
-        Example: TensorFlow 2.4.4 on nvidia/cuda 11.0.3, a Tesla T4 ("7.5") on 418.87.01 -> forward compatibility.
+        Without them an image on an nvidia/cuda base runs on the host's driver alone: through minor-version
+        compatibility from its CUDA major's floor, as a wheel image does (the toolkit mounts the host's libcuda ahead
+        of the container's: nvidia-container-toolkit#934).
+        Example: TensorFlow 2.4.4 on nvidia/cuda 11.0.3, a Tesla T4 ("7.5") on 418.87.01 -> forward compatibility;
+        TensorFlow 2.13.1 on nvidia/cuda 11.8.0, a T4 on 470.82.01 without the compat libraries -> minor-version
+        compatibility.
         """
         have = driver_key(driver)
         if self.supports_cuda(driver):
             return DriverFit(TOOLKIT_DRIVER, "")
+        floor = self.compat_driver
         if self.cuda_compat is not None:
             if not self.admits(driver, brand=brand, arch=arch):
                 return DriverFit(None, NOT_ADMITTED, needs=self.toolkit_driver)
             if have[0] < int(self.cuda_compat):
-                if brand in DATA_CENTER_BRANDS:
+                if compat_libs and brand in DATA_CENTER_BRANDS:
                     return DriverFit(FORWARD_COMPAT, "")
-                return DriverFit(None, COMPAT_NOT_ON_BRAND, needs=self.toolkit_driver)
-        if have < driver_key(self.compat_driver):
-            return DriverFit(None, BELOW_COMPAT_FLOOR, needs=self.jit_by(arch) if needs_jit else self.compat_driver)
+                if compat_libs:
+                    return DriverFit(None, COMPAT_NOT_ON_BRAND, needs=self.toolkit_driver)
+                floor = self.minor_floor or self.toolkit_driver
+        if have < driver_key(floor):
+            return DriverFit(None, BELOW_COMPAT_FLOOR, needs=self.jit_by(arch) if needs_jit else floor)
         if needs_jit and have < driver_key(self.jit_by(arch)):
             return DriverFit(None, NEEDS_JIT, needs=self.jit_by(arch))
         return DriverFit(MINOR_VERSION, "")
@@ -406,4 +421,6 @@ def driver_rule(matrix: Matrix, cuda: str, variant: Variant) -> DriverRule:
     images = matrix.nvidia_cuda.toolkits[cuda]
     branch = toolkit.min_driver.split(".")[0]
     require = images.require_cuda or f"cuda>={cuda}"
-    return DriverRule(cuda, toolkit.min_driver, toolkit.min_driver, jit, branch, require)
+    return DriverRule(
+        cuda, toolkit.min_driver, toolkit.min_driver, jit, branch, require, minor_floor=toolkit.compat_driver
+    )

@@ -1,26 +1,31 @@
 """The GPU-node doctor: which images of the matrix will run on a GPU node, how, and why not.
 
-Pure functions decide (`kernels_for`, `verdict`, `report`) from a `Node`, given by flags or probed
-on this host by `dlimages.gpu.probe`; the driver part is each cell's `compat.DriverRule`, the rule the image's
-NVIDIA_REQUIRE_CUDA and labels come from. `doctor_text` lays the report out for people.
+Pure functions decide (`kernels_for`, `verdict`, `report`) from a `gpunode.Node`, given by flags or probed on this
+host by `dlimages.gpu.probe`; the driver part is each cell's `compat.DriverRule`, the rule the image's
+NVIDIA_REQUIRE_CUDA and labels come from, with the base's cuda-compat libraries as the node's container toolkit
+treats them (model/toolkit). `doctor_text` lays the report out for people.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dlimages.core.errors import InputError, Problem
-from dlimages.model import compat, gpumodels, toolkit
+from dlimages.model import architectures, branches, compat, gpumodels, toolkit
 from dlimages.model.cells import Cell
 from dlimages.model.compat import DriverFit, driver_key
+from dlimages.model.gpunode import Gpu, Node, data_center_brand
 from dlimages.payload import dl_stack
 
 RUNTIME_MISSING = (
     "the NVIDIA container runtime is not configured for Docker "
     "(no nvidia runtime in `docker info`, no nvidia-container-runtime-hook for --gpus, no CDI spec)"
+)
+NO_TOOLKIT = (
+    "this node has no NVIDIA container toolkit (--toolkit none): no container gets its GPUs "
+    "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html)"
 )
 NO_DRIVER = "no NVIDIA driver found (nvidia-smi missing or failing)"
 NO_GPU = "no NVIDIA GPU visible"
@@ -32,26 +37,6 @@ NOT_DATA_CENTER = "geforce"
 DATA_CENTER_ONLY_ARCHS = ("sm_80", "sm_90")
 # The order in which one way of running is more conditional than another, for a node whose GPUs differ.
 PATHS = (compat.TOOLKIT_DRIVER, compat.MINOR_VERSION, compat.FORWARD_COMPAT)
-
-
-@dataclass(frozen=True)
-class Gpu:
-    name: str
-    arch: str | None  # "sm_90"; None when the probe could not read the compute capability
-    brand: str | None = None  # as the NVIDIA container toolkit names it (compat.NVML_BRANDS); None: not known
-
-
-@dataclass(frozen=True)
-class Node:
-    """What the doctor knows about a GPU node, probed on this host or given by flags."""
-
-    driver: str | None  # None: no working NVIDIA driver found
-    gpus: tuple[Gpu, ...]
-    container_runtime: bool | None  # None: not checked (Docker not reachable, or a node given by flags)
-    source: str  # "this host" or "given"
-    toolkit: str | None = None  # the NVIDIA container toolkit's version ("1.17.8"); None: not known
-    engine: str | None = None  # the Docker engine's version ("26.1.5"); None: not known
-    cpu: str | None = None  # the host's CPU as Docker names platforms ("amd64", "arm64"); None: not known
 
 
 @dataclass(frozen=True)
@@ -70,176 +55,6 @@ ZSTD_NOTE = (
     "this node's Docker {engine} cannot pull images pushed with --compression zstd (Docker 23.0 or later can): "
     "pull the ones pushed with gzip, the default"
 )
-
-# --- parsing user input ------------------------------------------------------------------------------------
-
-_ARCH_FORMS = (
-    re.compile(r"sm_(?P<major>[1-9][0-9]?)(?P<minor>[0-9])"),  # sm_90, sm_100
-    re.compile(r"(?P<major>[1-9][0-9]?)\.(?P<minor>[0-9])"),  # 9.0, 10.0 (nvidia-smi's compute_cap)
-    re.compile(r"(?P<major>[1-9][0-9]?)(?P<minor>[0-9])"),  # 90, 100
-)
-# ASCII digits only: Python's \d also matches other scripts' digits, which no driver version has.
-_DRIVER = re.compile(r"[0-9]{3,4}\.[0-9]{1,3}(\.[0-9]{1,3})?")
-BRAND_HELP = "tesla or nvidia (data-center GPUs), or " + ", ".join(
-    brand for brand in compat.NVML_BRANDS.values() if brand not in compat.DATA_CENTER_BRANDS
-)
-
-
-def parse_arch(text: str) -> str:
-    """A GPU architecture as sm_XY, from "sm_90", "9.0" or "90"; InputError on "--gpu" otherwise.
-
-    Example: parse_arch("8.6") == "sm_86". PTX names (compute_90) are refused: a GPU has an sm, not a PTX.
-    """
-    cleaned = text.strip().lower()
-    for form in _ARCH_FORMS:
-        match = form.fullmatch(cleaned)
-        if match:
-            return dl_stack.arch_name((int(match["major"]), int(match["minor"])))
-    raise InputError([Problem("--gpu", f"{text!r} is no GPU model or architecture", f"{gpumodels.EXAMPLES}; sm_90")])
-
-
-def parse_driver(text: str) -> str:
-    """An NVIDIA driver version such as "535.104.05" or "535.104"; InputError on "--driver" otherwise."""
-    cleaned = text.strip()
-    if not _DRIVER.fullmatch(cleaned):
-        raise InputError([Problem("--driver", f"{text!r} is not an NVIDIA driver version", "e.g. 535.104.05")])
-    return cleaned
-
-
-def parse_brand(text: str) -> tuple[str, ...]:
-    """GPU brands as the NVIDIA container toolkit names them, comma-separated, any case; InputError on "--brand".
-
-    Example: parse_brand("Tesla") == ("tesla",); parse_brand("tesla,geforce") == ("tesla", "geforce").
-    """
-    brands = tuple(entry.strip().lower() for entry in text.split(","))
-    bad = [brand for brand in brands if brand not in compat.NVML_BRANDS.values()]
-    if bad:
-        raise InputError(
-            Problem("--brand", f"{brand!r} is not a GPU brand the NVIDIA container toolkit knows", BRAND_HELP)
-            for brand in bad
-        )
-    return brands
-
-
-def node_from_flags(
-    gpu: str | None, driver: str | None, probe: Callable[[], Node], brand: str | None = None, kit: str | None = None
-) -> Node:
-    """The node to judge: this host (`probe()`) without --gpu/--driver, else a "given" node built from both flags.
-
-    `gpu` may list several GPUs, comma-separated ("sm_80,sm_90"); `brand` one brand for all of them or one each
-    ("tesla"; "tesla,geforce"), and on this host it replaces the brand the probe read. Giving only one of --gpu and
-    --driver is an InputError naming the missing one: mixing a given GPU with this host's driver would describe no
-    real node. `kit`, the container toolkit's version, replaces what the probe read.
-    """
-    problems: list[Problem] = []
-    brands: tuple[str, ...] = ()
-    given_kit: str | None = None
-    if brand is not None:
-        try:
-            brands = parse_brand(brand)
-        except InputError as error:
-            problems += error.problems
-    no_kit = kit is not None and kit.strip().lower() == toolkit.NONE  # no container toolkit: no GPU container starts
-    if kit is not None and not no_kit:
-        try:
-            given_kit = toolkit.parse_toolkit(kit)
-        except InputError as error:
-            problems += error.problems
-    if gpu is None and driver is None:
-        if problems:
-            raise InputError(problems)
-        node = probe()
-        node = dataclasses.replace(node, toolkit=given_kit) if given_kit else node
-        node = dataclasses.replace(node, toolkit=None, container_runtime=False) if no_kit else node
-        if brands and node.gpus:
-            node = _with_brands(node, brands, problems)
-        if problems:
-            raise InputError(problems)
-        return node
-    gpus: list[Gpu] = []
-    if gpu is None:
-        problems.append(Problem("--gpu", "is needed with --driver: the node to judge has both", "e.g. sm_90 or 9.0"))
-    else:
-        entries = [entry.strip() for entry in gpu.split(",")]
-        for index, entry in enumerate(entries):
-            model = gpumodels.find(entry)
-            if model is not None:
-                gpus.append(Gpu(model.name, model.arch))
-                continue
-            try:
-                gpus.append(Gpu(f"GPU {index}", parse_arch(entry)))
-            except InputError as error:
-                problems += error.problems
-    parsed_driver: str | None = None
-    if driver is None:
-        problems.append(Problem("--driver", "is needed with --gpu: the node to judge has both", "e.g. 535.104.05"))
-    else:
-        try:
-            parsed_driver = parse_driver(driver)
-        except InputError as error:
-            problems += error.problems
-    hosts = {m.host_arch for m in map(gpumodels.find, (g.name for g in gpus)) if m is not None and m.host_arch}
-    runtime = False if no_kit else None
-    node = Node(parsed_driver, tuple(gpus), runtime, "given", given_kit, cpu=next(iter(sorted(hosts)), None))
-    if parsed_driver is not None and not brands:  # a model's name says its brand
-        node = dataclasses.replace(node, gpus=tuple(_named_brand(g, parsed_driver) for g in node.gpus))
-    if brands and gpus and parsed_driver is not None:
-        # Tesla and NVIDIA both say data-center; NVML reports the one this driver knows (data_center_brand).
-        given = tuple(data_center_brand(parsed_driver) if b in compat.DATA_CENTER_BRANDS else b for b in brands)
-        node = _with_brands(node, given, problems)
-    if problems:
-        raise InputError(problems)
-    return node
-
-
-def _named_brand(gpu: Gpu, driver: str) -> Gpu:
-    return dataclasses.replace(gpu, brand=brand_from_name(gpu.name, driver)) if gpumodels.find(gpu.name) else gpu
-
-
-def _with_brands(node: Node, brands: tuple[str, ...], problems: list[Problem]) -> Node:
-    """The node with these brands on its GPUs: one for all, or one each (else a problem, and the node unchanged)."""
-    if len(brands) not in (1, len(node.gpus)):
-        problems.append(
-            Problem("--brand", f"gives {len(brands)} brands for {len(node.gpus)} GPUs", "one brand, or one per GPU")
-        )
-        return node
-    each = brands * len(node.gpus) if len(brands) == 1 else brands
-    gpus = tuple(Gpu(g.name, g.arch, b) for g, b in zip(node.gpus, each, strict=True))
-    return dataclasses.replace(node, gpus=gpus)
-
-
-# Data-center GPU models, for a name nvidia-smi gives without a brand (it has no brand field; NVML has).
-_DATA_CENTER_NAME = re.compile(
-    r"\b(tesla|[abhkl][0-9]{1,3}[a-z]?|gh200|gb[0-9]{2,3}|t4|v100|p100|p40|p4|m60|m40|k80|dgx)\b"
-)
-
-
-def brand_from_name(name: str, driver: str) -> str | None:
-    """A GPU's brand as the container toolkit would name it, from the product name alone; None when unsure.
-
-    For hosts without pynvml: nvidia-smi has no brand field. GeForce, TITAN and Quadro names carry their brand
-    (with RTX: geforcertx, titanrtx, quadrortx); other RTX names are nvidiartx ("NVIDIA RTX A6000"); Tesla and
-    data-center model names ("NVIDIA A100-SXM4-80GB", "NVIDIA H200", "NVIDIA L4") are tesla on drivers before R460,
-    whose NVML has no NVIDIA brand, and nvidia from R460 on. NVIDIA's bases list both brands alike on every branch
-    from 460 on, so that choice changes no verdict.
-    Example: brand_from_name("NVIDIA GeForce RTX 4090", "535.104.05") == "geforcertx".
-    """
-    lowered = name.lower()
-    rtx = "rtx" in lowered
-    for family in ("titan", "geforce", "quadro"):
-        if family in lowered:
-            return family + ("rtx" if rtx else "")
-    if rtx:
-        return "nvidiartx"
-    if _DATA_CENTER_NAME.search(lowered):
-        return data_center_brand(driver)
-    return None
-
-
-def data_center_brand(driver: str) -> str:
-    """How NVML names a data-center GPU's brand on this driver: tesla before R460, nvidia since."""
-    return "tesla" if driver_key(driver)[0] < 460 else "nvidia"
-
 
 # --- deciding ------------------------------------------------------------------------------------------
 
@@ -296,35 +111,35 @@ def verdict(cell: Cell, node: Node) -> Verdict:
             continue
         kernels = kernels_for(cell, gpu.arch)
         if kernels is None:
-            reasons.append(f"no kernels for {gpu.arch} ({label}) in this build: it has {', '.join(_arch_list(cell))}")
+            dropped = architectures.dropped_by(gpu.arch, cell.cuda)
+            reasons.append(
+                f"no kernels for {gpu.arch} ({label}) in this build: it has {', '.join(_arch_list(cell))}"
+                + (f"; {dropped}" if dropped else "")
+            )
             continue
-        jit = kernels.startswith("ptx")
         if driver is not None:
-            fit, why, also = _judge_driver(cell, driver, gpu, label, kernels)
-            notes += also
-            if fit.path is None:
-                reasons.append(why)
-                needs += [fit.needs] if fit.needs else []
+            judged = _judge_driver(cell, node, driver, gpu, label, kernels)
+            notes += judged.notes
+            if judged.path is None:
+                reasons.append(judged.said)
+                needs += [judged.needs] if judged.needs else []
                 continue
-            if fit.path == compat.FORWARD_COMPAT:
-                libraries = toolkit.compat_libraries(node.toolkit)
-                if not libraries.loads:
-                    reasons.append(f"{why}; but {libraries.condition}")
-                    needs.append(cell.driver.toolkit_driver)
-                    continue
-                notes.append(libraries.condition)
-            paths.append(fit.path)
-            notes += [why] if why else []
-        if jit:
+            paths.append(judged.path)
+            notes += [judged.said] if judged.said else []
+        if kernels.startswith("ptx"):
             notes.append(
                 f"{gpu.arch} ({label}) runs {kernels}: the driver compiles kernels on first use, so the first "
                 "start is slow (minutes; cached after)"
             )
     archs = [gpu.arch for gpu in node.gpus]
     notes += [f"{c.text} ({c.source})" for c in cell.caveats if driver is not None and c.concerns(driver, archs)]
+    if node.branch is not None and (branch := branches.find(node.branch)) is not None:
+        notes.append(branches.judged_at(branch))
     if node.cpu not in (None, "amd64"):
         reasons.append(f"this node's CPU is {node.cpu} ({CPU_SOURCE}): the images are built for linux/amd64 only")
-    if node.container_runtime is False:
+    if node.toolkit == toolkit.NONE:
+        reasons.append(NO_TOOLKIT)
+    elif node.container_runtime is False:
         reasons.append(RUNTIME_MISSING)
     elif node.container_runtime is None:
         notes.append("container runtime not checked")
@@ -339,31 +154,75 @@ def verdict(cell: Cell, node: Node) -> Verdict:
     )
 
 
-def _judge_driver(cell: Cell, driver: str, gpu: Gpu, label: str, kernels: str) -> tuple[DriverFit, str, list[str]]:
-    """How the driver runs the cell on one GPU: the fit, the reason (or the note on how it runs) and extra notes.
+@dataclass(frozen=True)
+class OnGpu:
+    """How a node's driver runs a cell on one GPU: the way (None: it does not), the note on that way or the reason it
+    does not, the driver that would run it there, and further notes."""
+
+    path: str | None
+    said: str
+    needs: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _judge_driver(cell: Cell, node: Node, driver: str, gpu: Gpu, label: str, kernels: str) -> OnGpu:
+    """How the driver runs the cell on one GPU, with the base's cuda-compat libraries as the node's toolkit treats them.
 
     A GPU of unknown brand is judged as one that is not data-center (but sm_80 and sm_90, which only data-center GPUs
     are), with a note where a data-center GPU differs.
     """
-    rule = cell.driver
-    arch = _capability(gpu.arch or "")
-    jit = kernels.startswith("ptx")
     brand = gpu.brand or (data_center_brand(driver) if gpu.arch in DATA_CENTER_ONLY_ARCHS else NOT_DATA_CENTER)
-    fit = rule.fit(driver, brand=brand, arch=arch, needs_jit=jit)
-    extra: list[str] = []
+    judged = _on_gpu(cell, node, driver, gpu, label, kernels, brand)
     if gpu.brand is None:
-        data_center = rule.fit(driver, brand=data_center_brand(driver), arch=arch, needs_jit=jit)
-        if data_center.path != fit.path and data_center.path is not None:
-            extra.append(
+        data_center = _on_gpu(cell, node, driver, gpu, label, kernels, data_center_brand(driver))
+        if data_center.path != judged.path and data_center.path is not None:
+            said = (
                 f"{label}'s brand is not known, so it is judged as a GPU that is not data-center; on a data-center "
                 f"GPU (--brand tesla or nvidia) it runs through {data_center.path}"
             )
-    return fit, _explain(cell, driver, gpu, label, kernels, brand, fit), extra
+            judged = dataclasses.replace(judged, notes=(said, *judged.notes))
+    return judged
 
 
-def _explain(cell: Cell, driver: str, gpu: Gpu, label: str, kernels: str, brand: str, fit: DriverFit) -> str:
-    """The note on how the driver runs the cell on one GPU, or the reason it does not, naming the needed driver."""
+def _on_gpu(cell: Cell, node: Node, driver: str, gpu: Gpu, label: str, kernels: str, brand: str) -> OnGpu:
+    """One GPU of one brand: judged with the base's cuda-compat libraries loaded and without (on the host's driver
+    alone), and the two put together as the node's container toolkit loads them, on each way of asking for GPUs."""
     rule = cell.driver
+
+    def fit(compat_libs: bool) -> DriverFit:
+        jit = kernels.startswith("ptx")
+        return rule.fit(driver, brand=brand, arch=_capability(gpu.arch or ""), needs_jit=jit, compat_libs=compat_libs)
+
+    def said(judged: DriverFit, *, alone: bool = False) -> str:
+        return _explain(cell, driver, gpu, label, kernels, brand, judged, alone=alone)
+
+    loaded, alone = fit(True), fit(False)
+    if loaded == alone:  # no cuda-compat here (wheels, a driver of the base's own branch, a refused requirement)
+        return OnGpu(loaded.path, said(loaded), loaded.needs)
+    libraries = toolkit.compat_libraries(node.toolkit)
+    host = f"CUDA runs on the host's driver alone ({toolkit.HOST_ALONE})"
+    if libraries.with_gpus == libraries.with_runtime:
+        if libraries.loads:
+            return OnGpu(loaded.path, said(loaded), loaded.needs, (libraries.condition,))
+        return OnGpu(alone.path, f"{libraries.condition}, so {host}: {said(alone, alone=True)}", alone.needs)
+    # Toolkit 1.17.5 and 1.17.6: --runtime=nvidia and CDI load them, plain --gpus does not.
+    gpus_only = f"with plain --gpus, {host}: {said(alone, alone=True)}"
+    if loaded.path is not None:
+        return OnGpu(loaded.path, said(loaded), None, (libraries.condition, gpus_only))
+    if alone.path is not None:
+        notes = (libraries.condition, f"with --runtime=nvidia or CDI it does not run: {said(loaded)}")
+        return OnGpu(alone.path, f"only with plain --gpus, where {host}: {said(alone, alone=True)}", None, notes)
+    needs = min((n for n in (loaded.needs, alone.needs) if n), key=driver_key, default=None)
+    return OnGpu(None, f"{said(loaded)}; {libraries.condition}, and {gpus_only}", needs)
+
+
+def _explain(
+    cell: Cell, driver: str, gpu: Gpu, label: str, kernels: str, brand: str, fit: DriverFit, *, alone: bool = False
+) -> str:
+    """The note on how the driver runs the cell on one GPU, or the reason it does not, naming the needed driver;
+    `alone`: an nvidia/cuda base's CUDA on the host's driver alone, its cuda-compat libraries not loaded."""
+    rule = cell.driver
+    floor = (rule.minor_floor or rule.toolkit_driver) if alone else rule.compat_driver
     own = f"driver {driver} is below CUDA {cell.cuda}'s own {rule.toolkit_driver}"
     who = f"{gpu.arch} ({label}, {brand if gpu.brand else 'brand unknown'})"
     kind = brand if gpu.brand else "non-data-center"
@@ -373,7 +232,7 @@ def _explain(cell: Cell, driver: str, gpu: Gpu, label: str, kernels: str, brand:
         if kernels.startswith("ptx"):
             how = f"its PTX ({kernels}) is of a CUDA release this driver JIT-compiles (from {rule.jit_driver})"
         return (
-            f"{compat.MINOR_VERSION} on {who}: {own} but at least {rule.compat_driver}, and {how}; CUDA features "
+            f"{compat.MINOR_VERSION} on {who}: {own} but at least {floor}, and {how}; CUDA features "
             "newer than the driver are unavailable"
         )
     if fit.path == compat.FORWARD_COMPAT:
@@ -391,19 +250,19 @@ def _explain(cell: Cell, driver: str, gpu: Gpu, label: str, kernels: str, brand:
             if rule.cuda_compat is None and (gpu.brand is None or brand in compat.DATA_CENTER_BRANDS)
             else ""
         )
-        if rule.compat_driver == rule.toolkit_driver:
+        if floor == rule.toolkit_driver:
             return (
                 f"driver {driver} is older than {rule.toolkit_driver}, the driver CUDA {cell.cuda} needs{no_compat}; "
                 f"{needs}"
             )
         return (
-            f"driver {driver} is older than {rule.compat_driver}, the oldest that can run CUDA {cell.cuda} even under "
+            f"driver {driver} is older than {floor}, the oldest that can run CUDA {cell.cuda} even under "
             f"minor-version compatibility{no_compat}; {needs}"
         )
     if fit.cause == compat.NEEDS_JIT:
-        refused = (
+        refused = (  # the arch< clauses of NVIDIA_REQUIRE_CUDA are ours, on wheel images only (wheel_require_cuda)
             f"; the image's NVIDIA_REQUIRE_CUDA refuses such GPUs below its own driver (arch<{rule.jit_from})"
-            if rule.jit_from
+            if rule.jit_from and rule.cuda_compat is None
             else ""
         )
         if fit.needs != rule.toolkit_driver:
@@ -464,17 +323,23 @@ def report(cells: Iterable[Cell], node: Node) -> list[dict[str, object]]:
                 "needs_driver": judged.needs_driver,
                 "run_notes": [*judged.notes, *old_engine],
                 "condition": condition(judged),
-                "sources": sorted(
-                    {url.rstrip(".,;") for text in judged.reasons + judged.notes for url in _URL.findall(text)}
-                ),
+                "sources": cited(judged.reasons + judged.notes),
             }
         )
     return rows
 
 
 _URL = re.compile(r"https?://[^\s)\]]+")
+
+
+def cited(texts: Iterable[str]) -> list[str]:
+    """The URLs these reasons and notes cite, sorted, without the punctuation that follows them in a sentence."""
+    return sorted({url.rstrip(".,;:") for text in texts for url in _URL.findall(text)})
+
+
 _CAUSES: tuple[tuple[str, str], ...] = (("this node's CPU is", "cpu-architecture"), (NO_DRIVER, "no-driver"))
-_CAUSES += ((NO_GPU, "no-gpu"), (RUNTIME_MISSING, "no-container-runtime"), ("no kernels for", "no-kernels"))
+_CAUSES += ((NO_GPU, "no-gpu"), (RUNTIME_MISSING, "no-container-runtime"), (NO_TOOLKIT, "no-container-runtime"))
+_CAUSES += (("no kernels for", "no-kernels"),)
 
 
 def condition(judged: Verdict) -> str:

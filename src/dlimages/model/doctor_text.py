@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dlimages.model.doctor import PATHS, Gpu, Node
+from dlimages.model import toolkit
+from dlimages.model.doctor import PATHS
+from dlimages.model.gpunode import Gpu, Node
 
 
 def describe_node(node: Node) -> str:
@@ -22,9 +24,14 @@ def describe_node(node: Node) -> str:
 
     gpus = ", ".join(f"{n}x {shown(gpu)}" if n > 1 else shown(gpu) for gpu, n in counts.items())
     runtime = {True: "configured", False: "not configured", None: "not checked"}[node.container_runtime]
+    driver = (node.driver or "none found") + (f" (R{node.branch}'s first release)" if node.branch else "")
+    kit = (
+        "no container toolkit"
+        if node.toolkit == toolkit.NONE
+        else f"container toolkit {node.toolkit or 'version not known'}"
+    )
     return (
-        f"node ({node.source}): driver {node.driver or 'none found'}; GPUs: {gpus or 'none'}; "
-        f"NVIDIA container runtime: {runtime}; container toolkit {node.toolkit or 'version not known'}"
+        f"node ({node.source}): driver {driver}; GPUs: {gpus or 'none'}; NVIDIA container runtime: {runtime}; {kit}"
         + (f"; Docker {node.engine}" if node.engine else "")
         + (f"; CPU {node.cpu}" if node.cpu else "")
     )

@@ -5,7 +5,9 @@ A file of nodes (YAML or JSON) is a list of {name, gpu, driver, and optionally b
 the doctor's flags are (`--gpu H100,H100 --driver 550.54.15`). A Kubernetes node list gives per node the labels GFD
 sets (GFD): the GPU model (`nvidia.com/gpu.product`), their number, their compute capability and the driver; the CPU
 is Kubernetes' own `kubernetes.io/arch`. A node without GFD's labels has no NVIDIA GPU the cluster knows of: it is
-listed as left out, not judged.
+listed as left out, not judged. A node that cannot exist (a GPU on a driver branch that does not run it:
+gpunode.impossibilities) is listed as refused, with why, and the other nodes are judged: one mistyped entry, or one
+node whose labels the table does not expect, leaves the rest of the fleet's answer intact.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from typing import Any
 import yaml
 
 from dlimages.core.errors import InputError, Problem
-from dlimages.model import doctor, gpumodels
+from dlimages.model import doctor, gpumodels, gpunode
 from dlimages.model.cells import Cell
-from dlimages.model.doctor import Gpu, Node
+from dlimages.model.gpunode import Gpu, ImpossibleNode, Node
 
 GFD = "https://github.com/NVIDIA/k8s-device-plugin/blob/main/docs/gpu-feature-discovery/README.md"
 NODES_ALLOWED = (
-    "a YAML or JSON list of {name, gpu, driver[, brand, toolkit, cpu]}, or the output of `kubectl get nodes -o json`"
+    "a YAML or JSON list of {name, gpu, driver[, brand, toolkit, cpu]} (driver: a version or a branch such as R580), "
+    "or the output of `kubectl get nodes -o json`"
 )
 _DRIVER_PARTS = (
     (
@@ -41,6 +44,7 @@ CPUS = ("amd64", "arm64")
 class Fleet:
     nodes: tuple[tuple[str, Node], ...]  # (name, node)
     left_out: tuple[str, ...]  # nodes without a GPU the cluster knows of
+    refused: tuple[tuple[str, str], ...] = ()  # (name, why): nodes that cannot exist
 
 
 def read_fleet(text: str, where: str) -> Fleet:
@@ -58,7 +62,7 @@ def read_fleet(text: str, where: str) -> Fleet:
 
 def _listed(entries: Sequence[Any], where: str) -> Fleet:
     problems: list[Problem] = []
-    nodes = []
+    nodes, refused = [], []
     for number, entry in enumerate(entries, start=1):
         at = f"--nodes {where}: node {number}"
         if not isinstance(entry, Mapping) or not entry.get("gpu") or not entry.get("driver"):
@@ -66,22 +70,25 @@ def _listed(entries: Sequence[Any], where: str) -> Fleet:
             continue
         name = str(entry.get("name") or f"node {number}")
         try:
-            node = doctor.node_from_flags(
+            node = gpunode.node_from_flags(
                 str(entry["gpu"]), str(entry["driver"]), _not_probed, _text(entry, "brand"), _text(entry, "toolkit")
             )
             node = _with_cpu(node, _text(entry, "cpu"), f"{at} ({name})")
+        except ImpossibleNode as error:
+            refused.append((name, _why(error.problems)))
+            continue
         except InputError as error:
             problems += [Problem(f"{at} ({name}): {p.where}", p.message, p.allowed) for p in error.problems]
             continue
         nodes.append((name, dataclasses.replace(node, source=f"given: {name}")))
     if problems:
         raise InputError(problems)
-    return Fleet(tuple(nodes), ())
+    return Fleet(tuple(nodes), (), tuple(refused))
 
 
 def _kubernetes(items: Sequence[Any], where: str) -> Fleet:
     problems: list[Problem] = []
-    nodes, left_out = [], []
+    nodes, left_out, refused = [], [], []
     for number, item in enumerate(items, start=1):
         metadata = item.get("metadata", {}) if isinstance(item, Mapping) else {}
         name = str(metadata.get("name") or f"item {number}")
@@ -102,18 +109,26 @@ def _kubernetes(items: Sequence[Any], where: str) -> Fleet:
             problems.append(Problem(at, "has no driver version label (nvidia.com/cuda.driver-version.*)", GFD))
             continue
         try:
-            driver = doctor.parse_driver(driver)
+            driver = gpunode.parse_driver(driver)
             count = int(labels.get("nvidia.com/gpu.count", "1"))
         except (InputError, ValueError):
             problems.append(Problem(at, f"driver {driver!r} or GPU count is not what GFD writes", GFD))
             continue
         gpu_name = model.name if model else product
-        gpu = Gpu(gpu_name, doctor.parse_arch(arch), doctor.brand_from_name(product or gpu_name, driver))
+        gpu = Gpu(gpu_name, gpunode.parse_arch(arch), gpunode.brand_from_name(product or gpu_name, driver))
         cpu = labels.get("kubernetes.io/arch") or (model.host_arch if model else None)
-        nodes.append((name, Node(driver, (gpu,) * max(count, 1), None, f"kubernetes: {name}", cpu=cpu)))
+        node = Node(driver, (gpu,) * max(count, 1), None, f"kubernetes: {name}", cpu=cpu)
+        if impossible := gpunode.impossibilities(node):
+            refused.append((name, _why(impossible)))
+            continue
+        nodes.append((name, node))
     if problems:
         raise InputError(problems)
-    return Fleet(tuple(nodes), tuple(left_out))
+    return Fleet(tuple(nodes), tuple(left_out), tuple(refused))
+
+
+def _why(problems: Sequence[Problem]) -> str:
+    return "; ".join(f"{p.message} (allowed: {p.allowed})" for p in problems)
 
 
 def _driver_from_parts(labels: Mapping[str, str]) -> str | None:
@@ -142,8 +157,20 @@ def _not_probed() -> Node:
 
 
 def fleet_rows(cells: Sequence[Cell], fleet: Fleet) -> list[dict[str, object]]:
-    """`doctor.report`'s rows for every node, each with the node's name under "node"."""
-    return [{"node": name, **row} for name, node in fleet.nodes for row in doctor.report(cells, node)]
+    """`doctor.report`'s rows for every node, each with the node's name under "node"; a refused node's rows say for
+    each image that it does not run there, with the condition "impossible-node" and why."""
+    rows = [{"node": name, **row} for name, node in fleet.nodes for row in doctor.report(cells, node)]
+    for name, why in fleet.refused:
+        sources = doctor.cited([why])
+        verdict = {"runs": False, "runs_through": None, "needs_driver": None, "condition": IMPOSSIBLE}
+        rows += [
+            {"node": name, **cell.as_json(), **verdict, "reasons": [why], "run_notes": [], "sources": list(sources)}
+            for cell in cells
+        ]
+    return rows
+
+
+IMPOSSIBLE = "impossible-node"
 
 
 def fleet_table(cells: Sequence[Cell], fleet: Fleet) -> str:
@@ -151,15 +178,16 @@ def fleet_table(cells: Sequence[Cell], fleet: Fleet) -> str:
     short = {doctor.PATHS[0]: "runs", doctor.PATHS[1]: "minor", doctor.PATHS[2]: "fwd"}
     names = [name for name, _ in fleet.nodes]
     verdicts = {name: doctor.report(cells, node) for name, node in fleet.nodes}
-    lines = [f"| image | {' | '.join(names)} |", f"| --- |{' --- |' * len(names)}"]
-    for index, cell in enumerate(cells):
+    lines = [f"| image | {' | '.join(names)} |", f"| --- |{' --- |' * len(names)}"] if names else []
+    for index, cell in enumerate(cells if names else ()):
         row = [
             short.get(str(verdicts[name][index]["runs_through"]), "runs") if verdicts[name][index]["runs"] else "NO"
             for name in names
         ]
         lines.append(f"| {cell.image}:{cell.tags[0] if cell.tags else '?'} | {' | '.join(row)} |")
     totals = [f"{name}: {sum(bool(r['runs']) for r in verdicts[name])} of {len(cells)}" for name in names]
-    lines += ["", "images that run: " + "; ".join(totals)]
+    lines += ["", "images that run: " + "; ".join(totals)] if names else ["no node to judge"]
     lines += [f"left out (no NVIDIA GPU labels): {', '.join(fleet.left_out)}"] if fleet.left_out else []
+    lines += [f"refused, a node that cannot exist: {name}: {why}" for name, why in fleet.refused]
     lines.append("why an image does not run on a node: `invoke doctor --nodes FILE --json`, or --gpu and --driver")
     return "\n".join(lines)

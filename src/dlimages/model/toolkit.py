@@ -10,6 +10,12 @@ hook of the nvidia runtime and CDI only (the `--gpus` hook still passes `--no-cn
 1.17.8); 1.18 made jit-cdi the default mode of `--runtime=nvidia`. NVIDIA_REQUIRE_CUDA is evaluated by
 nvidia-container-cli on the legacy path only (`--require`, src/cli/dsl.c); CSV mode checks cuda and arch; CDI and
 jit-cdi check nothing in released toolkits (nvidia-container-toolkit#1470).
+
+Where the toolkit does not load them, an image on an nvidia/cuda base runs on the host's driver alone (HOST_ALONE):
+"the runtime hook will symlink libcuda from the host with precedence over the container", which "no apparent amount
+of LD_LIBRARY_PATH or build-time ldconfig can mitigate" (nvidia-container-toolkit#934); 1.17.4's change "removed
+'automatic' support for CUDA Forward compatibility" (#906), and the hook of 1.17.5 "does not work when only the
+Docker --gpus flag is specified" (#1055).
 """
 
 from __future__ import annotations
@@ -38,15 +44,31 @@ UNKNOWN = (
 )
 
 
+HOST_ALONE = "https://github.com/NVIDIA/nvidia-container-toolkit/issues/934"
+
+
 @dataclass(frozen=True)
 class CompatLibraries:
-    """Whether forward compatibility can work under this toolkit by default, and the condition said with it."""
+    """Whether this toolkit loads an image's cuda-compat libraries by default, on each way of asking for GPUs, and
+    the condition said with it."""
 
-    loads: bool
+    with_gpus: bool  # `docker run --gpus` (the legacy hook)
+    with_runtime: bool  # `--runtime=nvidia` and CDI
     condition: str
+
+    @property
+    def loads(self) -> bool:
+        """Whether forward compatibility can work at all: on one way or both."""
+        return self.with_gpus or self.with_runtime
 
 
 NONE = "none"  # --toolkit none: the node has no NVIDIA container toolkit
+# A node without a toolkit runs no GPU container at all; what it would run once one is installed is judged for a
+# current toolkit, which loads the libraries by default.
+ABSENT = (
+    "this node has no NVIDIA container toolkit, so no container gets its GPUs; judged for one installed now "
+    "(1.17.7 or later loads an image's cuda-compat libraries by default, cuda-compat-mode=ldconfig)"
+)
 
 
 def parse_toolkit(text: str) -> str:
@@ -67,25 +89,33 @@ def _key(version: str) -> tuple[int, ...]:
 
 
 def compat_libraries(toolkit: str | None) -> CompatLibraries:
-    """How a node's toolkit (None: not known) treats an image's cuda-compat libraries."""
+    """How a node's toolkit (None: not known; NONE: not installed) treats an image's cuda-compat libraries."""
     if toolkit is None:
-        return CompatLibraries(True, UNKNOWN)
+        return CompatLibraries(True, True, UNKNOWN)
+    if toolkit == NONE:
+        return CompatLibraries(True, True, ABSENT)
     version = _key(toolkit)
     said = f"container toolkit {toolkit}"
     if version < (1, 17, 4):
-        return CompatLibraries(True, f"{said} loads the image's cuda-compat libraries (--gpus and --runtime=nvidia)")
+        return CompatLibraries(
+            True, True, f"{said} loads the image's cuda-compat libraries (--gpus and --runtime=nvidia)"
+        )
     if version == (1, 17, 4):
         return CompatLibraries(
+            False,
             False,
             f"{said} does not load an image's cuda-compat libraries unless its feature flag "
             "allow-cuda-compat-libs-from-container is set (CVE-2025-23359)",
         )
     if version < (1, 17, 7):
         return CompatLibraries(
+            False,
             True,
             f"{said} loads the image's cuda-compat libraries only through --runtime=nvidia or CDI (its "
             "enable-cuda-compat hook), not with plain --gpus",
         )
     return CompatLibraries(
-        True, f"{said} loads the image's cuda-compat libraries (cuda-compat-mode=ldconfig, unless set to disabled)"
+        True,
+        True,
+        f"{said} loads the image's cuda-compat libraries (cuda-compat-mode=ldconfig, unless set to disabled)",
     )

@@ -23,7 +23,7 @@ from dlimages.generate.matrixdocs import MATRIX_PAGE, PROVISIONING, Block, splic
 from dlimages.generate.project import Project
 from dlimages.generate.render import render_documents, stale_documents
 from dlimages.generate.templating import environment
-from dlimages.model import doctor
+from dlimages.model import doctor, gpunode
 from dlimages.model.cells import Expansion
 from dlimages.model.spec import Matrix
 
@@ -249,7 +249,7 @@ def test_a_hand_edited_driver_table_fails_the_check_naming_the_guide(documented:
 def test_the_example_nodes_are_the_doctors_verdicts(documented: Path, expansion: Expansion) -> None:
     nodes = _between((documented / PROVISIONING).read_bytes().decode(), "nodes")
     for example in matrixdocs.EXAMPLE_NODES:
-        node = doctor.node_from_flags(example.gpu, example.driver, lambda: pytest.fail("probed"), example.brand)
+        node = gpunode.node_from_flags(example.gpu, example.driver, lambda: pytest.fail("probed"), example.brand)
         runs = sum(doctor.verdict(cell, node).runs for cell in expansion.cells)
         [row] = [line for line in nodes.splitlines() if f"`{example.flags}`" in line]
         assert f"`{example.flags}` | {runs} (" in row, row

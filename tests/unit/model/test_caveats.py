@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dlimages.model.cells import CellCaveat, expand
-from dlimages.model.doctor import Gpu, Node, verdict
+from dlimages.model.doctor import verdict
+from dlimages.model.gpunode import Gpu, Node
 from dlimages.model.spec import Matrix
 
 COMPILE = {

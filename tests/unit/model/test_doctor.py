@@ -27,19 +27,21 @@ from dlimages.model.doctor import (
     NO_GPU,
     RUNTIME_MISSING,
     ZSTD_NOTE,
-    Gpu,
-    Node,
     admitted_branches,
-    brand_from_name,
     kernels_for,
-    node_from_flags,
-    parse_arch,
-    parse_brand,
-    parse_driver,
     report,
     verdict,
 )
 from dlimages.model.doctor_text import describe_node, format_report
+from dlimages.model.gpunode import (
+    Gpu,
+    Node,
+    brand_from_name,
+    node_from_flags,
+    parse_arch,
+    parse_brand,
+    parse_driver,
+)
 
 H100 = Node("535.104.05", (Gpu("NVIDIA H100 80GB HBM3", "sm_90", "nvidia"),) * 2, True, "given")
 H200 = Node("535.104.05", (Gpu("NVIDIA H200", "sm_90", "nvidia"),), True, "given")
@@ -195,7 +197,7 @@ def test_admitted_branches_reads_a_base_s_requirement_for_people(cell_by_slug: C
 
 def test_node_from_flags_reports_every_bad_value_at_once() -> None:
     with pytest.raises(InputError) as raised:
-        node_from_flags("sm_90,hopper,compute_80", "r535", _no_probe)
+        node_from_flags("sm_90,hopper,compute_80", "r999", _no_probe)  # a branch model/branches does not hold
     assert [p.where for p in raised.value.problems] == ["--gpu", "--gpu", "--driver"]
 
 

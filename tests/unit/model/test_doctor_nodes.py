@@ -30,7 +30,8 @@ import pytest
 
 from dlimages.model import compat
 from dlimages.model.cells import Cell, Expansion
-from dlimages.model.doctor import Gpu, Node, verdict
+from dlimages.model.doctor import verdict
+from dlimages.model.gpunode import Gpu, Node
 
 FAMILIES = {  # the fixture's cells, with the real matrix's driver facts (test_compat_drivers.py holds that)
     "torch-cu110": "cuda11.0-torch1.7.1-py3.8-runtime",

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from dlimages.build.plan import Secrets, plan_builds
 from dlimages.core.errors import InputError
 from dlimages.generate.project import Project
-from dlimages.model import doctor, doctor_text
+from dlimages.model import doctor, doctor_text, gpunode
 from dlimages.model.cells import Expansion, expand
 from dlimages.model.matrixyaml import VersionsAsText
 from dlimages.model.selection import Selection, select
@@ -83,7 +83,7 @@ def _ran(name: str) -> None:
 
 # --- What the tasks do with a matrix --------------------------------------------------------------------------
 
-NODE = doctor.Node(driver="535.104.05", gpus=(doctor.Gpu("GPU 0", "sm_90"),), container_runtime=None, source="given")
+NODE = gpunode.Node(driver="535.104.05", gpus=(gpunode.Gpu("GPU 0", "sm_90"),), container_runtime=None, source="given")
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
@@ -479,7 +479,7 @@ def test_flags_return_or_raise_input_error(
     else:  # what was accepted is plain ASCII: no other script's digits in a tag or a pin
         assert all(_plain(value) for value in (cuda, torch, tf, python, flavor, mirror)), "accepted non-ASCII"
     try:  # invoke doctor --gpu --driver
-        node = doctor.node_from_flags(gpu, driver, lambda: NODE)
+        node = gpunode.node_from_flags(gpu, driver, lambda: NODE)
         doctor_text.format_report(doctor.report(expansion.cells, node), node)
     except InputError as error:
         assert error.problems

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from dlimages.core.errors import InputError
-from dlimages.model import gpumodels
+from dlimages.model import gpumodels, toolkit
 from dlimages.model.cells import Expansion
-from dlimages.model.doctor import Node, node_from_flags, report, verdict
+from dlimages.model.doctor import report, verdict
+from dlimages.model.gpunode import Node, node_from_flags
 
 
 def _no_probe() -> Node:
@@ -89,7 +90,7 @@ def test_a_name_that_is_no_model_is_refused_naming_what_is_allowed() -> None:
 
 def test_toolkit_none_is_a_node_where_no_gpu_container_starts() -> None:
     node = node_from_flags("H100", "550.54.15", _no_probe, kit="none")
-    assert node.container_runtime is False and node.toolkit is None
+    assert node.container_runtime is False and node.toolkit == toolkit.NONE
 
 
 def test_the_json_verdict_says_the_cpu_as_a_condition_and_cites_its_source(expansion: Expansion) -> None:

@@ -20,7 +20,8 @@ from dlimages.core.runner import Runner
 from dlimages.gpu.probe import probe_toolkit
 from dlimages.model import compat, toolkit
 from dlimages.model.cells import Cell
-from dlimages.model.doctor import Gpu, Node, node_from_flags, verdict
+from dlimages.model.doctor import verdict
+from dlimages.model.gpunode import Gpu, Node, node_from_flags
 
 # TensorFlow 2.4.4 on nvidia/cuda 11.0.3: a Tesla GPU on R418 runs it only through forward compatibility.
 FORWARD_CELL = ("tensorflow", "cuda11.0-tf2.4.4-py3.8-runtime")
@@ -53,9 +54,11 @@ def test_forward_compatibility_follows_the_nodes_toolkit(cell: Callable[[str, st
     unknown = verdict(forward, _node(None))
     assert unknown.runs and unknown.runs_through == compat.FORWARD_COMPAT
     assert toolkit.UNKNOWN in unknown.notes, "the condition is said whenever the toolkit is not known"
+    # 1.17.4 leaves the compat libraries out: CUDA 11.0 on R418's own driver, below 11.0's 450.51.06 (#934, #906).
     refused = verdict(forward, _node("1.17.4"))
     assert not refused.runs and refused.needs_driver == forward.driver.toolkit_driver
-    assert "but container toolkit 1.17.4 does not load" in refused.reasons[0]
+    assert refused.reasons[0].startswith("container toolkit 1.17.4 does not load")
+    assert f"so CUDA runs on the host's driver alone ({toolkit.HOST_ALONE})" in refused.reasons[0]
     gated = verdict(forward, _node("1.17.5"))
     assert gated.runs and any("not with plain --gpus" in note for note in gated.notes)
 
