@@ -161,10 +161,10 @@ def lock(c: Context, **flags: Any) -> None:
     commands.echo(commands.lock(Project(ROOT), **flags))
 
 
-@command(help={"check": "build the tarball twice and fail unless both, and the image IDs, are identical"})
+@command(help=commands.BASE_HELP)
 def base(c: Context, **flags: Any) -> None:
-    """Make the offline Debian 12 base image from its lock (mmdebstrap, `docker load`, a fixed config: same ID)."""
-    commands.base(ROOT, **flags)
+    """Make the offline Debian bases from their locks (mmdebstrap, `docker load`, a fixed config: same ID)."""
+    commands.base(Project(ROOT), **flags)
 
 
 @command(help={"to": "the folder to copy into (made if missing)"})

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Prototype: build a minimal Debian 12 root filesystem with mmdebstrap, reproducibly, write it as a
-# docker-archive with a fixed image config (dlimages.build.imagearchive) and `docker load` it as the base
-# image that the generated Dockerfiles start FROM.
+# Build a minimal Debian root filesystem with mmdebstrap, reproducibly, write it as a docker-archive with a fixed
+# image config (dlimages.build.imagearchive) and `docker load` it as the base image that the generated Dockerfiles
+# start FROM. `invoke base` runs it, once for each OS of matrix.yaml with `bootstrap`.
 #
-# Usage: scripts/make-base.sh --repo DIR --lock-digest DIGEST [--tag TAG] [--out DIR] [--epoch SECONDS] [--check]
-#   --repo     flat repository holding exactly the packages of images/base-debian12.apt.lock (required;
+# Usage: scripts/make-base.sh --repo DIR --lock-digest DIGEST --os NAME --suite CODENAME --tag TAG [--out DIR]
+#                             [--epoch SECONDS] [--check]
+#   --repo     flat repository holding exactly the packages of images/base-NAME.apt.lock (required;
 #              `invoke base` fetches them, each checked against its SHA256, and indexes them with dpkg-scanpackages)
 #   --lock-digest  the lock's digest (sha256:...), written into the image's history: a build sees a base made
 #              from another lock by it, and makes the base again
-#   --tag      image to load as (default dlimages/base:debian12)
+#   --os       matrix.yaml's name of the OS (debian12, debian13): names the lock and the files (required)
+#   --suite    its Debian suite (bookworm, trixie; required)
+#   --tag      image to load as (required: matrix.yaml's `image` of the OS, dlimages/base:debian12)
 #   --out      where the tarball and the archive go (default .work/base)
 #   --epoch    SOURCE_DATE_EPOCH (default 1747699200 = 2025-05-20T00:00:00Z)
 #   --check    build the tarball twice and fail unless both tarballs and both image IDs are identical
@@ -22,7 +25,9 @@
 # that the containerd store's manifest names.
 set -euo pipefail
 
-tag=dlimages/base:debian12
+tag=""
+os=""
+suite=""
 out=.work/base
 epoch=1747699200
 check=0
@@ -32,6 +37,8 @@ python=python3
 while (($#)); do
     case "$1" in
         --tag) tag="${2:?--tag needs a value}"; shift 2 ;;
+        --os) os="${2:?--os needs a value}"; shift 2 ;;
+        --suite) suite="${2:?--suite needs a value}"; shift 2 ;;
         --out) out="${2:?--out needs a value}"; shift 2 ;;
         --epoch) epoch="${2:?--epoch needs a value}"; shift 2 ;;
         --check) check=1; shift ;;
@@ -54,8 +61,11 @@ docker info >/dev/null 2>&1 || die "no Docker engine answers: run scripts/engine
 "$python" -c 'import dlimages.build.imagearchive' 2>/dev/null ||
     die "$python cannot import dlimages (pip install -e . first, or give --python)"
 
-readonly suite=bookworm
 [[ -n "$repo" ]] || die "--repo DIR is required (invoke base fetches the locked packages into one)"
+# Names of files and apt suites: checked before they reach a path or a hook.
+[[ "$os" =~ ^[a-z][a-z0-9.]*$ ]] || die "--os must be matrix.yaml's name of the OS (debian12), got '$os'"
+[[ "$suite" =~ ^[a-z]+$ ]] || die "--suite must be a Debian codename (bookworm), got '$suite'"
+[[ -n "$tag" ]] || die "--tag is required (matrix.yaml's image of the OS)"
 [[ "$lock_digest" =~ ^sha256:[0-9a-f]{64}$ ]] || die "--lock-digest must be sha256:<64 hex digits>, got '$lock_digest'"
 [[ -f "$repo/Packages" ]] || die "--repo $repo holds no Packages index (invoke base makes it)"
 repo="$(cd "$repo" && pwd)"
@@ -63,19 +73,19 @@ repo="$(cd "$repo" && pwd)"
 # --variant=minbase, which picks packages by the Priority the index gives them, and an index made from the .deb
 # files has their own field, not the archive's (apt itself is "important" there).
 include="$(sed -n 's/^Package: //p' "$repo/Packages" | sort -u | paste -sd, -)"
-# The image's own apt sources: Debian's public archives as dlimages.generate.aptlock.DEBIAN12 names them (never
-# this machine's mirror: the image must not depend on where it was made).
-read -r DLI_MIRROR DLI_SECURITY_MIRROR < <("$python" -c 'from dlimages.generate.aptlock import DEBIAN12 as d; print(d.public["debian"], d.public["debian-security"])') ||
+# The image's own apt sources: Debian's public archives as dlimages.generate.aptlock.DEBIAN_PUBLIC names them (never
+# this machine's mirror: the image must not depend on where it was made), for its suite.
+read -r DLI_MIRROR DLI_SECURITY_MIRROR < <("$python" -c 'from dlimages.generate.aptlock import DEBIAN_PUBLIC as d; print(d["debian"], d["debian-security"])') ||
     die "cannot read Debian's public archives from the dlimages package"
-export DLI_MIRROR DLI_SECURITY_MIRROR
+export DLI_MIRROR DLI_SECURITY_MIRROR DLI_SUITE="$suite"
 log "packages: the $(tr , '\n' <<<"$include" | wc -l) of the lock, from $repo"
 
 mkdir -p "$out"
-tarball="$out/debian12-minbase.tar"
-archive="$out/debian12-minbase.docker.tar"
+tarball="$out/$os-minbase.tar"
+archive="$out/$os-minbase.docker.tar"
 # The image history's line for the layer: how it was made, without mirrors or paths of this machine
 # (it is part of the image ID).
-created_by="mmdebstrap --mode=root --variant=essential --format=tar $suite, every package of base-debian12.apt.lock $lock_digest"
+created_by="mmdebstrap --mode=root --variant=essential --format=tar $suite, every package of base-$os.apt.lock $lock_digest"
 created_by+=" (merged-usr hook; man, doc, locale, info excluded; SOURCE_DATE_EPOCH=$epoch)"
 
 # Documentation, man pages and locales are dropped as dpkg installs, as the official
@@ -100,7 +110,7 @@ build_tarball() {
         # Empty /etc/hosts and /etc/resolv.conf, as the runtime binds its own over them: without them every build step
         # would make them as mount points and delete them after, and the classic store would keep /etc in each layer.
         --customize-hook='touch --date="@$SOURCE_DATE_EPOCH" "$1/etc/hosts" "$1/etc/resolv.conf"'
-        --customize-hook='printf "%s\n" "Types: deb" "URIs: $DLI_MIRROR" "Suites: bookworm bookworm-updates" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" "" "Types: deb" "URIs: $DLI_SECURITY_MIRROR" "Suites: bookworm-security" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$1/etc/apt/sources.list.d/debian.sources"'
+        --customize-hook='printf "%s\n" "Types: deb" "URIs: $DLI_MIRROR" "Suites: $DLI_SUITE $DLI_SUITE-updates" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" "" "Types: deb" "URIs: $DLI_SECURITY_MIRROR" "Suites: $DLI_SUITE-security" "Components: main" "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$1/etc/apt/sources.list.d/debian.sources"'
     )
     local start=$SECONDS
     # The hooks chat on stdout even with --quiet: keep it in a log, show it on failure.

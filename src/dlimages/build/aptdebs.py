@@ -38,7 +38,7 @@ from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
 from dlimages.core.grammar import url_problem
 from dlimages.core.runner import Runner
-from dlimages.generate.aptlock import ARCH, DEBIAN12, AptLock, Deb, Distro
+from dlimages.generate.aptlock import ARCH, AptLock, Deb, Distro
 
 CACHE = Path(".work/apt/pool")  # verified files, by archive and pool path, kept between builds
 REPOS = Path(".work/apt/repo")  # flat repositories, one per lock
@@ -91,9 +91,7 @@ class AptDebsSource:
     origin: Origin
 
 
-def origin(
-    value: str | None, resolved: str, mirrors: Mapping[str, str | None] | None = None, distro: Distro = DEBIAN12
-) -> Origin:
+def origin(value: str | None, resolved: str, mirrors: Mapping[str, str | None] | None, distro: Distro) -> Origin:
     """The origin `--apt-from` names (InputError otherwise). `mirrors`: the build's apt mirror per archive of
     `distro` (None: the distribution's own); `resolved`: the lock's time, for a snapshot archive's URL."""
     names = distro.archives
@@ -351,15 +349,17 @@ def _made(folder: Path) -> Path:
     return folder
 
 
-def _index(folder: Path, runner: Runner, codename: str = DEBIAN12.codename) -> None:
+def _index(folder: Path, runner: Runner, codename: str | None) -> None:
     done = runner(["dpkg-scanpackages", "--multiversion", "."], cwd=folder, timeout=300)
     if not done.ok:
         raise FetchError(f"dpkg-scanpackages failed (Debian's dpkg-dev package provides it): {done.last_line}")
     write_atomic(folder / "Packages", done.out)
-    # A Release file naming the suite: mmdebstrap takes the essential packages of the suite it is given only.
+    # A Release file naming the suite (where the files are of one): mmdebstrap takes the essential packages of the
+    # suite it is given only.
     index = done.out.encode()
+    suite = f"Suite: {codename}\nCodename: {codename}\n" if codename else ""
     release = (
-        f"Suite: {codename}\nCodename: {codename}\nDate: Sat, 01 Jan 2000 00:00:00 UTC\nArchitectures: {ARCH} all\n"
+        f"{suite}Date: Sat, 01 Jan 2000 00:00:00 UTC\nArchitectures: {ARCH} all\n"
         "SHA256:\n"
         f" {hashlib.sha256(index).hexdigest()} {len(index)} Packages\n"
     )
@@ -381,7 +381,7 @@ def export(sources: Iterable[AptDebsSource], folder: Path, root: Path, runner: R
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(cache / deb.archive / deb.path, target)
             copied.add(deb)
-    _index(folder, runner)
+    _index(folder, runner, None)  # the files of every lock, of several suites
     return len(copied)
 
 
@@ -390,11 +390,12 @@ def host_mirrors(sources: Iterable[Path] = APT_SOURCES) -> dict[str, str | None]
     the host names none (GitHub's Ubuntu runners: the public archive then). Where the files come from never enters
     the image: each is checked against its lock's hash."""
     try:
-        return mirrors_of(*debian_mirrors(sources))
+        apt, security = debian_mirrors(sources)
     except NoDebianMirror:
         return {}
+    return {"debian": apt, "debian-security": security}
 
 
-def mirrors_of(apt: str | None, apt_security: str | None, distro: Distro = DEBIAN12) -> dict[str, str | None]:
+def mirrors_of(apt: str | None, apt_security: str | None, distro: Distro) -> dict[str, str | None]:
     """A build's mirror arguments as origin() takes them."""
-    return {"debian": apt, "debian-security": apt_security} if distro.os == "debian12" else {"ubuntu": apt}
+    return {"debian": apt, "debian-security": apt_security} if distro.family == "debian" else {"ubuntu": apt}

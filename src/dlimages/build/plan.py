@@ -268,7 +268,7 @@ def apt_debs(root: Path, cell: Cell, mirror: MirrorArgs, apt_from: str | None) -
         return None
     distro = aptlock.Distro.of(cell.os, cell.os_family, cell.os_codename)
     mirrors = aptdebs.mirrors_of(mirror.apt, mirror.apt_security, distro)
-    if mirror.apt is None and distro == aptlock.DEBIAN12:  # no mirror given: this host's, as `invoke base` takes
+    if mirror.apt is None and distro.family == "debian":  # no mirror given: this host's, as `invoke base` takes
         mirrors = aptdebs.host_mirrors()
     return AptDebs(lock, aptdebs.origin(apt_from, lock.resolved, mirrors, distro))
 

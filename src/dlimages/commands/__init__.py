@@ -5,7 +5,7 @@ nothing) or raises Failed with an exit code."""
 
 from __future__ import annotations
 
-from dlimages.commands.bases import apt_repo, base, bases_list, bases_mirror
+from dlimages.commands.bases import BASE_HELP, apt_repo, base, bases_list, bases_mirror
 from dlimages.commands.builds import bake, build, repro
 from dlimages.commands.flags import CellFlags, flag_parameters, repeatable
 from dlimages.commands.generate import doctor, lock, matrix, render
@@ -14,6 +14,7 @@ from dlimages.commands.images import bench, package_diff, push, smoke, test, ver
 from dlimages.commands.session import Failed, echo, reader_gone
 
 __all__ = [
+    "BASE_HELP",
     "CellFlags",
     "Failed",
     "apt_repo",

@@ -1,4 +1,4 @@
-"""The commands about base images: make the offline Debian base (base), list and pin the bases the cells pull
+"""The commands about base images: make the offline Debian bases (base), list and pin the bases the cells pull
 (bases_list), copy them into a registry of one's own (bases_mirror)."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
 
 from dlimages.build import aptdebs, basesource
 from dlimages.build.base import base_lock, make_base_argv, missing_bases
@@ -14,45 +13,63 @@ from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
 from dlimages.core.engines import Need
-from dlimages.core.errors import InputError, Problem
+from dlimages.core.errors import InputError, Problem, allowed_list
 from dlimages.core.outputs import output_folder
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
 from dlimages.generate import aptlock, baselock, baserequire
 from dlimages.generate import lock as lock_files
-from dlimages.generate.aptlock import BASE_APT_LOCK
 from dlimages.generate.project import Project
 from dlimages.gpu import inimage
 from dlimages.model.selection import select
 
-
-def base(root: Path, *, apt_from: str | None = None, check: bool = False, no_engine_setup: bool = False) -> None:
-    """Make the offline Debian 12 base image from its lock with scripts/make-base.sh (its output shown as it runs):
-    the lock's packages fetched and checked first, from `apt_from` (aptdebs.origin) or this host's mirror."""
-    source = base_lock(root, apt_from)
-    engine(root, no_engine_setup, need=Need.BASE)
-    say(f"{BASE_APT_LOCK}: {len(source.lock.debs)} packages, from {source.origin.describe()}")
-    try:
-        repo = aptdebs.flat_repo(source.lock, source.origin, root, RUNNER)
-    except aptdebs.FetchError as error:
-        raise Failed(f"error: the base's packages:\n{error}", code=1) from None
-    code = RUNNER.stream(make_base_argv(root, repo, source.lock, check=check), say)
-    if code:
-        raise Failed(f"error: scripts/make-base.sh exited {code}", code=1)
+BASE_HELP = {  # `invoke base`'s flags
+    "check": "build the tarball twice and fail unless both, and the image IDs, are identical",
+    "os": "make only this OS's base (matrix.yaml's name, e.g. debian13; default: each OS with `bootstrap`)",
+}
 
 
-def make_local_bases(root: Path, images: list[str], apt_from: str | None = None) -> None:
+def base(
+    project: Project,
+    *,
+    os: str | None = None,
+    apt_from: str | None = None,
+    check: bool = False,
+    no_engine_setup: bool = False,
+) -> None:
+    """Make each offline Debian base (matrix.yaml's OSes with `bootstrap`; `os`: that one only) from its lock with
+    scripts/make-base.sh (its output shown as it runs): the lock's packages fetched and checked first, from `apt_from`
+    (aptdebs.origin) or this host's mirror."""
+    bases = aptlock.offline_bases(project.matrix)
+    if os is not None and os not in bases:
+        raise InputError([Problem("--os", f"{os!r} has no base made here", allowed_list(bases))])
+    sources = {name: base_lock(project.root, bases[name], apt_from) for name in ([os] if os else bases)}
+    engine(project.root, no_engine_setup, need=Need.BASE)
+    for name, source in sources.items():
+        say(f"{aptlock.base_lock_path(name)}: {len(source.lock.debs)} packages, from {source.origin.describe()}")
+        try:
+            repo = aptdebs.flat_repo(source.lock, source.origin, project.root, RUNNER)
+        except aptdebs.FetchError as error:
+            raise Failed(f"error: the packages of the {name} base:\n{error}", code=1) from None
+        image = project.matrix.os[name].image
+        code = RUNNER.stream(make_base_argv(project.root, repo, source.lock, image, check=check), say)
+        if code:
+            raise Failed(f"error: scripts/make-base.sh exited {code} making {image}", code=1)
+
+
+def make_local_bases(project: Project, images: list[str], apt_from: str | None = None) -> None:
     """Make the bases made here that the engine lacks or has from another lock (with `base`, which needs root),
     before a build uses them."""
-    lock = aptlock.read(root / BASE_APT_LOCK) if images else None
-    for image in missing_bases(images, RUNNER, lock):
+    made = {project.matrix.os[name].image: name for name in aptlock.offline_bases(project.matrix)}
+    locks = {image: aptlock.read(project.root / aptlock.base_lock_path(name)) for image, name in made.items()}
+    for image in missing_bases(images, RUNNER, {image: lock for image, lock in locks.items() if lock is not None}):
         if os.geteuid() != 0:  # mmdebstrap --mode=root: the one step of a build that needs root, once per engine
             raise Failed(
                 f"error: {image} is missing or from another lock; making it needs root, once: {usage.BASE_AS_ROOT}",
                 code=1,
             )
         print(f"{image} is missing or made from another lock: making it with `{usage.BASE}`")
-        base(root, apt_from=apt_from, check=False, no_engine_setup=True)
+        base(project, os=made[image], apt_from=apt_from, check=False, no_engine_setup=True)
 
 
 def bases_list(project: Project, *, cells: CellFlags = ANY_CELL, lock: bool = False) -> str | None:
@@ -97,7 +114,7 @@ def bases_mirror(
     )  # every problem is exit 2 before the engine
     if not dry_run:
         engine(project.root, no_engine_setup, need=Need.DOCKER)
-        make_local_bases(project.root, [cell.base_image for cell in chosen if cell.bootstrap_base])
+        make_local_bases(project, [cell.base_image for cell in chosen if cell.bootstrap_base])
     copies = basesource.mirror_copies(chosen, to, lock, extra, local=RUNNER.image_exists)
     workdir = run_folder()
     if dry_run:
@@ -114,23 +131,24 @@ def bases_mirror(
 
 
 def apt_repo(project: Project, *, to: str | None = None, apt_from: str | None = None) -> str:
-    """Copy the locked .deb files of the base and of every cell into the folder `to`, checked: a repository that
-    holds only them, for `--apt-from` (offline and air-gapped builds, and builds after the archive has moved on)."""
+    """Copy the locked .deb files of the offline bases and of every cell into the folder `to`, checked: a repository
+    that holds only them, for `--apt-from` (offline and air-gapped builds, and builds after the archive has moved
+    on)."""
     folder = output_folder(to, "--to", project.root, command=usage.APT_REPO, marker="Release", runner=RUNNER)
-    source = base_lock(project.root, apt_from)
+    bases = [base_lock(project.root, distro, apt_from) for distro in aptlock.offline_bases(project.matrix).values()]
     paths = [lock_files.cell_dir(project.root, cell) / aptlock.APT_LOCK for cell in project.expansion.cells]
-    locks = {lock.digest(): lock for lock in [source.lock, *filter(None, map(aptlock.read, paths))]}
-    sources = [source]
-    for lock in locks.values():
+    cells = {lock.digest(): lock for lock in filter(None, map(aptlock.read, paths))}
+    sources = [*bases]
+    for lock in cells.values():
         distro = aptlock.distro_of(lock)
-        mirrors = source.origin.urls if distro == aptlock.DEBIAN12 else None  # the host's Debian mirror
-        if lock is not source.lock:
-            sources.append(aptdebs.AptDebsSource(lock, aptdebs.origin(apt_from, lock.resolved, mirrors, distro)))
+        mirrors = aptdebs.host_mirrors() if distro.family == "debian" else None  # the host's Debian mirror
+        sources.append(aptdebs.AptDebsSource(lock, aptdebs.origin(apt_from, lock.resolved, mirrors, distro)))
     try:
         count = aptdebs.export(sources, folder, project.root, RUNNER)
     except aptdebs.FetchError as error:
         raise Failed(f"error: {error}", code=1) from None
+    where = bases[0].origin.describe() if bases else "their archives"
     return (
-        f"{to}: {count} packages of {len(locks)} locks, from {source.origin.describe()}; build from it with "
+        f"{to}: {count} packages of {len(sources)} locks, from {where}; build from it with "
         f"`{usage.BUILD} --apt-from {shlex.quote(str(to))}` (or serve the folder over HTTP: --apt-from URL)"
     )

@@ -67,7 +67,7 @@ def build(
     if refused:
         raise Failed(refused, code=2)
     plans = plan_cells(project, chosen, mirror, secrets, base_registry, apt_from=apt_from)  # with the bases' digests
-    make_local_bases(project.root, local_bases(plans), apt_from)
+    make_local_bases(project, local_bases(plans), apt_from)
     fetch_debs(project.root, plans)
     warn_if_short_of_disk(len(plans))
     try:
@@ -158,7 +158,7 @@ def repro(
         engine(project.root, no_engine_setup)
         check_against(against)
         plans = plan_cells(project, chosen, profile, secrets, base_registry, apt_from=apt_from)
-        make_local_bases(project.root, local_bases(plans), apt_from)
+        make_local_bases(project, local_bases(plans), apt_from)
         fetch_debs(project.root, plans)
         builds = [(each.cell.slug, each.build) for each in plans]
         dirty = any(each.build_arg("REVISION").endswith("-dirty") for each in plans)

@@ -87,9 +87,11 @@ def lock(
             raise Failed(InputError(problems, heading="Locks do not match matrix.yaml:").report(), code=1)
         pulled = [cell for cell in project.expansion.cells if not cell.bootstrap_base]
         locked = sum((lock_files.cell_dir(project.root, cell) / aptlock.APT_LOCK).is_file() for cell in pulled)
+        bases = ", ".join(map(aptlock.base_lock_path, aptlock.offline_bases(project.matrix)))
+        on_bases = len(project.expansion.cells) - len(pulled)
         return lock_files.summary(project.root, project.expansion.cells, pip) + (
-            f"\nOS packages: {aptlock.BASE_APT_LOCK} and the apt.lock of the {len(_os_cells(project))} cells on that "
-            f"base up to date; of the {len(pulled)} cells on ubuntu and nvidia/cuda bases, {locked} have an apt.lock "
+            f"\nOS packages: {bases} and the apt.lock of the {on_bases} cells on those bases up to date; of the "
+            f"{len(pulled)} cells on ubuntu and nvidia/cuda bases, {locked} have an apt.lock "
             "(up to date), the others install what their archive serves on the day of the build (their base has no "
             f"digest recorded: `{usage.BASES_LOCK}`, then `{usage.LOCK} --upgrade-apt`, where its registry is "
             "reachable)."
@@ -115,23 +117,27 @@ def lock(
     return summary
 
 
-def _os_cells(project: Project) -> list[Path]:
-    """The folders of the cells whose OS packages are locked: those on the offline Debian base."""
-    return [lock_files.cell_dir(project.root, cell) for cell in project.expansion.cells if cell.bootstrap_base]
+def _os_cells(project: Project, os: str) -> list[Path]:
+    """The folders of the cells whose OS packages are locked with the offline base of `os`: those on that base."""
+    cells = project.expansion.cells
+    return [lock_files.cell_dir(project.root, cell) for cell in cells if cell.bootstrap_base and cell.os == os]
 
 
 def _lock_os(project: Project, *, upgrade: bool) -> list[str]:
     try:
         main, security = debian_mirrors()
     except NoDebianMirror:
-        main, security = aptlock.DEBIAN12.public["debian"], aptlock.DEBIAN12.public["debian-security"]
+        main, security = aptlock.DEBIAN_PUBLIC["debian"], aptlock.DEBIAN_PUBLIC["debian-security"]
     urls = {"debian": main, "debian-security": security}
     packages = sorted(project.matrix.packages.apt)
     recorded = baselock.BaseLock.load(project.root / baselock.LOCK_FILE)
-    try:
-        lines = aptlock.lock_os(project.root, _os_cells(project), packages, urls, RUNNER, upgrade=upgrade)
-    except aptlock.ResolveError as error:
-        raise Failed(f"error: the OS package locks: {error}", code=1) from None
+    lines = []
+    for os, distro in aptlock.offline_bases(project.matrix).items():
+        folders = _os_cells(project, os)
+        try:
+            lines += aptlock.lock_os(project.root, distro, folders, packages, urls, RUNNER, upgrade=upgrade)
+        except aptlock.ResolveError as error:
+            raise Failed(f"error: the OS package locks of {os}: {error}", code=1) from None
     cells = project.expansion.cells
     return lines + aptpulled.lock_pulled(project.root, cells, packages, recorded, RUNNER, upgrade=upgrade)
 
@@ -140,13 +146,12 @@ def _os_lock_problems(project: Project) -> list[Problem]:
     packages = sorted(project.matrix.packages.apt)
     run = f"run `{usage.LOCK} --upgrade-apt`"
     problems = []
-    for path, wanted in [
-        (project.root / aptlock.BASE_APT_LOCK, None),
-        *((c / aptlock.APT_LOCK, packages) for c in _os_cells(project)),
-    ]:
-        why = aptlock.stale(project.root, path, wanted)
-        if why:
-            problems.append(Problem(str(path.relative_to(project.root)), f"the OS package lock is {why}; {run}"))
+    for os, distro in aptlock.offline_bases(project.matrix).items():
+        base = project.root / aptlock.base_lock_path(os)
+        for path, wanted in [(base, None), *((c / aptlock.APT_LOCK, packages) for c in _os_cells(project, os))]:
+            why = aptlock.stale(project.root, path, wanted, distro)
+            if why:
+                problems.append(Problem(str(path.relative_to(project.root)), f"the OS package lock is {why}; {run}"))
     recorded = baselock.BaseLock.load(project.root / baselock.LOCK_FILE)
     return problems + aptpulled.pulled_problems(project.root, project.expansion.cells, packages, recorded)
 

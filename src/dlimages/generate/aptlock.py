@@ -1,4 +1,4 @@
-"""OS package locks: the exact Debian packages of the offline base and of each cell's apt step, each `.deb` with
+"""OS package locks: the exact Debian packages of each offline base and of each cell's apt step, each `.deb` with
 its SHA256, resolved by apt from the archive's signed index (InRelease -> Packages) and committed like the Python
 locks. Builds install those files and nothing else (build/aptdebs.py), so the commit, not the archive's state on
 the day of the build, decides the image.
@@ -26,18 +26,19 @@ from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
 from dlimages.core.runner import Runner
+from dlimages.model.spec import Matrix
 
 APT_LOCK = "apt.lock"  # beside a cell's Dockerfile: what its apt step installs on the base
-BASE_APT_LOCK = "images/base-debian12.apt.lock"  # the offline base's packages, for scripts/make-base.sh
+BASE_APT_LOCK = "images/base-{os}.apt.lock"  # an offline base's packages (base_lock_path), for scripts/make-base.sh
 FORMAT = 1  # bump when the layout changes, so every lock reads as stale
 ARCH = "amd64"
-CODENAME = "bookworm"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"  # Debian's package debian-archive-keyring
-# The archives a Debian 12 lock resolves from, by the last segment of their URL: a mirror serves each as
-# MIRROR/<name>, and so does a local repository made by `invoke apt-repo`.
-ARCHIVES: Mapping[str, tuple[str, ...]] = {
-    "debian": (CODENAME, f"{CODENAME}-updates"),
-    "debian-security": (f"{CODENAME}-security",),
+# Debian's public archive and its security archive (what `invoke base` took before the OS packages were locked), by
+# the last segment of their URL: a mirror serves each as MIRROR/<name>, and so does a local repository made by
+# `invoke apt-repo`.
+DEBIAN_PUBLIC = {
+    "debian": "http://ftp.debian.org/debian",
+    "debian-security": "http://security.debian.org/debian-security",
 }
 RESOLVE_TIMEOUT_S = 300.0
 
@@ -49,18 +50,26 @@ class Distro:
     when neither the build nor this host names a mirror)."""
 
     os: str  # matrix.yaml's name for it: debian12, ubuntu22.04
+    family: str  # debian, ubuntu
     codename: str
     archives: Mapping[str, tuple[str, ...]]
     components: tuple[str, ...]
     keyring: str
     public: Mapping[str, str]  # archive -> the distribution's own URL
 
+    @property
+    def header(self) -> str:
+        """Its lock's `Os:` header: debian12 (bookworm, amd64)."""
+        return f"{self.os} ({self.codename}, {ARCH})"
+
     @classmethod
     def of(cls, os: str, family: str, codename: str) -> Distro:
         if family == "debian":
-            return DEBIAN12
+            archives = {"debian": (codename, f"{codename}-updates"), "debian-security": (f"{codename}-security",)}
+            return cls(os, family, codename, archives, ("main",), KEYRING, DEBIAN_PUBLIC)
         return cls(
             os,
+            family,
             codename,
             {"ubuntu": (codename, f"{codename}-updates", f"{codename}-security")},
             ("main", "restricted", "universe", "multiverse"),
@@ -71,19 +80,20 @@ class Distro:
 
 def distro_of(lock: AptLock) -> Distro:
     """The Distro a lock was resolved for (its `Os:` header)."""
-    os = lock.os.split()[0] if lock.os else "debian12"
+    os = lock.os.split()[0]
     return Distro.of(os, "debian" if os.startswith("debian") else "ubuntu", lock.codename)
 
 
-DEBIAN12 = Distro(
-    "debian12",
-    CODENAME,
-    ARCHIVES,
-    ("main",),
-    KEYRING,
-    # Debian's public archive and its security archive (what `invoke base` took before the OS packages were locked)
-    {"debian": "http://ftp.debian.org/debian", "debian-security": "http://security.debian.org/debian-security"},
-)
+def offline_bases(matrix: Matrix) -> dict[str, Distro]:
+    """The bases made here, from a lock of their own (matrix.yaml's OSes with `bootstrap`), by OS name."""
+    return {name: Distro.of(name, os.family, os.codename) for name, os in matrix.os.items() if os.bootstrap}
+
+
+def base_lock_path(os: str) -> str:
+    """Where the lock of the offline base of `os` (matrix.yaml's name) is, from the repository root."""
+    return BASE_APT_LOCK.format(os=os)
+
+
 _LINE = re.compile(
     r"^(?P<name>[a-z0-9][a-z0-9+.-]+)=(?P<version>[A-Za-z0-9.+~:-]+) (?P<archive>[a-z-]+) "
     r"(?P<path>pool/[A-Za-z0-9._+~/-]+\.deb) (?P<size>[0-9]+) sha256:(?P<sha256>[0-9a-f]{64})$"
@@ -123,8 +133,8 @@ class AptLock:
     debs: tuple[Deb, ...]
     input: str
     resolved: str  # 20261201T194500Z
+    os: str  # the OS, its codename and the architecture: debian12 (bookworm, amd64)
     base: str = ""  # a cell's lock: the digest of the base lock's text, or the pulled base (name:tag@digest)
-    os: str = f"debian12 ({CODENAME}, {ARCH})"  # the OS, its codename and the architecture
 
     def text(self) -> str:
         head = [
@@ -163,16 +173,16 @@ class AptLock:
                         )
                     ]
                 )
-        missing = [key for key in ("Part", "Resolved", "Input") if key not in fields]
+        missing = [key for key in ("Part", "Os", "Resolved", "Input") if key not in fields]
         if missing:  # no package is fine: a package set the base already holds
             what = f"no {', '.join(missing)} header"
             raise InputError([Problem(where, f"not a complete apt lock: {what}", f"run `{usage.LOCK} --upgrade-apt`")])
-        os = fields.get("Os", f"debian12 ({CODENAME}, {ARCH})")
-        return cls(fields["Part"], tuple(debs), fields["Input"], fields["Resolved"], fields.get("Base", ""), os)
+        part, input_, resolved, os = (fields[key] for key in ("Part", "Input", "Resolved", "Os"))
+        return cls(part, tuple(debs), input_, resolved, os, fields.get("Base", ""))
 
     @property
     def codename(self) -> str:
-        return self.os.partition("(")[2].partition(",")[0] or CODENAME
+        return self.os.partition("(")[2].partition(",")[0]
 
 
 def _digest(fields: Mapping[str, object]) -> str:
@@ -180,11 +190,11 @@ def _digest(fields: Mapping[str, object]) -> str:
     return f"sha256:{hashlib.sha256(canonical).hexdigest()}"
 
 
-def base_input() -> str:
-    return _digest({"os": "debian12", "arch": ARCH, "archives": dict(ARCHIVES), "variant": "minbase"})
+def base_input(distro: Distro) -> str:
+    return _digest({"os": distro.os, "arch": ARCH, "archives": dict(distro.archives), "variant": "minbase"})
 
 
-def cell_input(packages: Sequence[str], base: str, os: str = "debian12") -> str:
+def cell_input(packages: Sequence[str], base: str, os: str) -> str:
     """What a cell's apt lock is resolved from: the package set and the base it goes on (the base lock's digest,
     or the pulled base by digest)."""
     return _digest({"os": os, "arch": ARCH, "packages": sorted(packages), "base": base})
@@ -204,26 +214,27 @@ def read(path: Path) -> AptLock | None:
 # --- the state of the locks -------------------------------------------------------------------------------------
 
 
-def stale(root: Path, lock_path: Path, packages: Sequence[str] | None, pulled: tuple[str, str] | None = None) -> str:
+def stale(root: Path, lock_path: Path, packages: Sequence[str] | None, on: Distro | tuple[str, str]) -> str:
     """Why the lock at `lock_path` (the base's when `packages` is None, else a cell's with those packages) does not
-    match its input now: "" when it does, "missing" when there is none. `pulled`: (OS, base by digest) for a cell
-    on a pulled base; else the cell is on the offline base."""
+    match its input now: "" when it does, "missing" when there is none. `on`: the offline base's Distro, for its
+    lock and the cells on it, or (OS, base by digest) for a cell on a pulled base."""
     lock = read(lock_path)
     if lock is None:
         return "missing"
-    if packages is None:
-        return "" if lock.input == base_input() else "resolved for another base definition"
-    if pulled is not None:
-        os, ref = pulled
+    if isinstance(on, tuple):
+        os, ref = on
         if lock.base != ref:
             return f"resolved on another base than {ref}"
-        return "" if lock.input == cell_input(packages, ref, os) else "resolved from another package set"
-    base = read(root / BASE_APT_LOCK)
+        return "" if lock.input == cell_input(packages or [], ref, os) else "resolved from another package set"
+    if packages is None:
+        return "" if lock.input == base_input(on) else "resolved for another base definition"
+    path = base_lock_path(on.os)
+    base = read(root / path)
     if base is None:
-        return f"{BASE_APT_LOCK} is missing"
+        return f"{path} is missing"
     if lock.base != base.digest():
-        return f"resolved on another {BASE_APT_LOCK}"
-    return "" if lock.input == cell_input(packages, base.digest()) else "resolved from another package set"
+        return f"resolved on another {path}"
+    return "" if lock.input == cell_input(packages, base.digest(), on.os) else "resolved from another package set"
 
 
 # --- resolving --------------------------------------------------------------------------------------------------
@@ -239,7 +250,7 @@ class ResolveError(Exception):
     """apt could not resolve (the message says why, in apt's words)."""
 
 
-def _config(scratch: Path, urls: Mapping[str, str], distro: Distro = DEBIAN12, status: str = "") -> Path:
+def _config(scratch: Path, urls: Mapping[str, str], distro: Distro, status: str) -> Path:
     for folder in ("lists/partial", "cache/archives/partial", "sources"):
         (scratch / folder).mkdir(parents=True, exist_ok=True)
     (scratch / "status").write_text(status, encoding="utf-8")
@@ -274,12 +285,12 @@ def _config(scratch: Path, urls: Mapping[str, str], distro: Distro = DEBIAN12, s
     return config
 
 
-def minbase(lists: Path) -> list[str]:
+def minbase(lists: Path, codename: str) -> list[str]:
     """What `mmdebstrap --variant=minbase` installs, before dependencies: every Essential or Priority: required
-    package of the main suite, apt, and usr-is-merged, which make-base.sh's merged-usr hook installs (without it
-    apt takes usrmerge and full perl)."""
+    package of the main suite `codename`, apt, and usr-is-merged, which make-base.sh's merged-usr hook installs
+    (without it apt takes usrmerge and full perl)."""
     names = {"apt", "usr-is-merged"}
-    for index in lists.glob(f"*_dists_{CODENAME}_main_binary-{ARCH}_Packages"):
+    for index in lists.glob(f"*_dists_{codename}_main_binary-{ARCH}_Packages"):
         for stanza in index.read_text(encoding="utf-8", errors="replace").split("\n\n"):
             fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line[0].isspace())
             if fields.get("Priority") == "required" or fields.get("Essential") == "yes":
@@ -337,22 +348,21 @@ def resolve_on(
         config = _updated(Path(folder), urls, distro, status, runner)
         debs = _debs(config, packages, urls, runner)
     part = f"what the apt step installs on {base}: {' '.join(sorted(packages))} and what they need"
-    os = f"{distro.os} ({distro.codename}, {ARCH})"
-    return AptLock(part, tuple(debs), cell_input(packages, base, distro.os), resolved, base, os)
+    return AptLock(part, tuple(debs), cell_input(packages, base, distro.os), resolved, distro.header, base)
 
 
-def resolve(packages: Sequence[str], urls: Mapping[str, str], runner: Runner) -> Resolved:
-    """The base's lock and the cells' lock, resolved together from the archives at `urls` (archive name -> URL)."""
+def resolve(distro: Distro, packages: Sequence[str], urls: Mapping[str, str], runner: Runner) -> Resolved:
+    """The lock of the offline base of `distro` and the cells' lock on it, resolved together from the archives at
+    `urls` (archive name -> URL)."""
     resolved = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     with tempfile.TemporaryDirectory(prefix="dlimages-aptlock-") as folder:
         scratch = Path(folder)
-        config = _updated(scratch, urls, DEBIAN12, "", runner)
-        names = minbase(scratch / "lists")
+        config = _updated(scratch, urls, distro, "", runner)
+        names = minbase(scratch / "lists", distro.codename)
         base_debs = _debs(config, names, urls, runner)
         every = _debs(config, [*names, *packages], urls, runner)
-    base = AptLock(
-        "the offline Debian 12 base (mmdebstrap --variant=minbase)", tuple(base_debs), base_input(), resolved
-    )
+    part = f"the offline {distro.os} base (mmdebstrap --variant=minbase)"
+    base = AptLock(part, tuple(base_debs), base_input(distro), resolved, distro.header)
     kept = set(base_debs)
     moved = [deb.spec for deb in every if deb not in kept and deb.name in {b.name for b in base_debs}]
     if moved:
@@ -361,8 +371,9 @@ def resolve(packages: Sequence[str], urls: Mapping[str, str], runner: Runner) ->
     cell = AptLock(
         f"what the apt step installs on the base: {' '.join(sorted(packages))} and what they need",
         added,
-        cell_input(packages, base.digest()),
+        cell_input(packages, base.digest(), distro.os),
         resolved,
+        distro.header,
         base.digest(),
     )
     return Resolved(base, cell)
@@ -386,6 +397,7 @@ def write(path: Path, lock: AptLock) -> None:
 
 def lock_os(
     root: Path,
+    distro: Distro,
     cells: Sequence[Path],
     packages: Sequence[str],
     urls: Mapping[str, str],
@@ -393,30 +405,28 @@ def lock_os(
     *,
     upgrade: bool,
 ) -> list[str]:
-    """Resolve and write the base's lock and the apt lock of each cell folder in `cells` when one is missing or
-    stale, or, with `upgrade`, to take the archive's newest packages; a lock whose packages did not move keeps its
-    text (and time). Returns what it did, one line each: what moved, package by package. ResolveError from apt."""
-    base_path = root / BASE_APT_LOCK
-    reasons = [
-        why for why in [stale(root, base_path, None), *(stale(root, c / APT_LOCK, packages) for c in cells)] if why
-    ]
-    if not upgrade and not reasons:
-        return [f"OS package locks: up to date ({BASE_APT_LOCK} and {len(cells)} cells)"]
-    fresh = resolve(packages, urls, runner)
+    """Resolve and write the lock of the offline base of `distro` and the apt lock of each cell folder in `cells`
+    (the cells on that base) when one is missing or stale, or, with `upgrade`, to take the archive's newest
+    packages; a lock whose packages did not move keeps its text (and time). Returns what it did, one line each: what
+    moved, package by package. ResolveError from apt."""
+    path = base_lock_path(distro.os)
+    base_path = root / path
+    checked = [stale(root, base_path, None, distro), *(stale(root, c / APT_LOCK, packages, distro) for c in cells)]
+    if not upgrade and not any(checked):
+        return [f"OS package locks: up to date ({path} and {len(cells)} cells)"]
+    fresh = resolve(distro, packages, urls, runner)
     before = read(base_path)
     base = (
         before
         if before is not None and (before.debs, before.input) == (fresh.base.debs, fresh.base.input)
         else fresh.base
     )
-    lines = [
-        f"{BASE_APT_LOCK}: {'unchanged' if base is before else 'written'}",
-        *(f"  {m}" for m in moved(before, base)),
-    ]
+    lines = [f"{path}: {'unchanged' if base is before else 'written'}", *(f"  {m}" for m in moved(before, base))]
     write(base_path, base)
     # The time of this resolution: a snapshot archive is asked for the cell's packages at it.
+    cell = fresh.cell
     want = AptLock(
-        fresh.cell.part, fresh.cell.debs, cell_input(packages, base.digest()), fresh.cell.resolved, base.digest()
+        cell.part, cell.debs, cell_input(packages, base.digest(), distro.os), cell.resolved, cell.os, base.digest()
     )
     shown = False
     for folder in cells:

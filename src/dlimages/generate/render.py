@@ -9,6 +9,7 @@ Renders take turns on a lock in .work/, so two never interleave.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import os
@@ -210,7 +211,8 @@ def _extra(root: Path, files: list[GeneratedFile]) -> tuple[list[str], list[Prob
     kept: list[Problem] = []
     for path in _existing(root):
         folder, name = str(Path(path).parent), Path(path).name
-        if path in wanted or path in (BASES_LOCK, BASE_APT_LOCK) or (name in CELL_LOCKS and folder in cells):
+        base_lock = fnmatch.fnmatchcase(path, BASE_APT_LOCK.format(os="*"))
+        if path in wanted or path == BASES_LOCK or base_lock or (name in CELL_LOCKS and folder in cells):
             continue
         if name.startswith(".") and name.endswith(STAGED):
             kept.append(Problem(path, "left by a render that was stopped part-way; run `invoke render`"))

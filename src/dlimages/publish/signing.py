@@ -27,6 +27,8 @@ from dlimages.core.errors import InputError, Problem
 from dlimages.core.references import names_registry, registry_of, split_tag
 from dlimages.core.runner import DEFAULT, Result, Runner, run_folder
 from dlimages.core.watch import Wait
+from dlimages.generate import aptlock
+from dlimages.model.spec import MATRIX_FILE, load_matrix
 from dlimages.publish import attest
 from dlimages.publish.audit import VULN_TYPE, Scan, audit
 from dlimages.publish.pushplan import PushResult, daemon_treats_as_insecure
@@ -36,7 +38,6 @@ KEY_CHECK_TIMEOUT_S = 60.0  # loading a key: a file at once, a KMS key one reque
 PULL_TIMEOUT_S = 3600.0
 READER_LABEL = "io.dlimages.reader"  # HOST:PID of the process whose read_files made the container
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
-BASE_LOCK = "images/base-debian12.apt.lock"  # the offline base's packages, for cells built on it
 SIGN_KEY_ENV, KEYLESS_ENV = "DLIMAGES_SIGN_KEY", "DLIMAGES_KEYLESS"
 VERIFY_KEY_ENV, IDENTITY_ENV, ISSUER_ENV = "DLIMAGES_VERIFY_KEY", "DLIMAGES_VERIFY_IDENTITY", "DLIMAGES_VERIFY_ISSUER"
 NO_VERIFY_SKIPS = "the signature, the SBOM and the provenance are not checked, and the image runs by its tag"
@@ -438,7 +439,7 @@ def _lock_digests(root: Path, labels: Mapping[str, str], runner: Runner) -> dict
         return {}
     folder = f"images/{framework}/{cell}"
     revision = labels.get("org.opencontainers.image.revision", "")
-    wanted = [folder] + ([BASE_LOCK] if not labels.get("org.opencontainers.image.base.digest") else [])
+    wanted = [folder, *_base_locks(root, labels)]
     digests = {}
     if re.fullmatch(r"[0-9a-f]{40}", revision):
         listed = runner(["git", "-C", str(root), "ls-tree", "-r", "--name-only", revision, "--", *wanted])
@@ -453,6 +454,15 @@ def _lock_digests(root: Path, labels: Mapping[str, str], runner: Runner) -> dict
         found = [root / path] if (root / path).is_file() else sorted((root / path).glob("*.lock"))
         digests |= {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in found}
     return digests
+
+
+def _base_locks(root: Path, labels: Mapping[str, str]) -> list[str]:
+    """The lock of the offline base the image was built on, whose image is its base's name (matrix.yaml); none for a
+    pulled base, which has a digest instead."""
+    if labels.get("org.opencontainers.image.base.digest"):
+        return []
+    matrix, name = load_matrix(root / MATRIX_FILE), labels.get("org.opencontainers.image.base.name")
+    return [aptlock.base_lock_path(each) for each in aptlock.offline_bases(matrix) if matrix.os[each].image == name]
 
 
 def _builder(runner: Runner) -> dict[str, str]:

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from dlimages.build import aptdebs
-from dlimages.build.aptdebs import FetchError, Origin, origin
+from dlimages.build.aptdebs import FetchError, Origin
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
 from dlimages.generate import aptlock
@@ -36,7 +36,13 @@ from dlimages.generate.aptlock import AptLock, Deb
 T0 = "20261201T194500Z"
 ALLOWED = aptdebs.ORIGIN_ALLOWED
 GONE = " (gone from there: build with `--apt-from` a snapshot archive's URL, or a repository apt-repo made)"
-PUBLIC = aptlock.DEBIAN12.public
+DEBIAN12 = aptlock.Distro.of("debian12", "debian", "bookworm")
+PUBLIC = DEBIAN12.public
+
+
+def origin(value: str | None, resolved: str, mirrors: dict[str, str | None] | None = None) -> Origin:
+    """Where `--apt-from` `value` takes the files of a Debian 12 lock from."""
+    return aptdebs.origin(value, resolved, mirrors, DEBIAN12)
 
 
 def locked(name: str, version: str, data: bytes, archive: str = "debian") -> Deb:
@@ -46,7 +52,7 @@ def locked(name: str, version: str, data: bytes, archive: str = "debian") -> Deb
 
 
 def lock_of(*debs: Deb) -> AptLock:
-    return AptLock("a test", tuple(sorted(debs)), "sha256:" + "1" * 64, T0)
+    return AptLock("a test", tuple(sorted(debs)), "sha256:" + "1" * 64, T0, DEBIAN12.header)
 
 
 def put(folder: Path, deb: Deb, data: bytes) -> Path:
@@ -65,7 +71,7 @@ def no_command(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[st
 
 
 def test_the_archive_is_the_builds_mirror_per_archive_else_debians_own() -> None:
-    mirrors = aptdebs.mirrors_of("http://127.0.0.1:3142/debian", None)
+    mirrors = aptdebs.mirrors_of("http://127.0.0.1:3142/debian", None, DEBIAN12)
     given = origin(None, T0, mirrors)
     assert given.kind == "archive" and given.folder is None
     assert dict(given.urls) == {
@@ -82,7 +88,7 @@ def test_the_archive_is_the_builds_mirror_per_archive_else_debians_own() -> None
 
 def test_a_snapshot_archives_url_is_filled_with_each_archive_and_the_locks_time() -> None:
     url = "https://snapshot.example.org/archive/{archive}/{time}/"
-    snapshot = origin(url, T0, aptdebs.mirrors_of("http://127.0.0.1:3142/debian", None))
+    snapshot = origin(url, T0, aptdebs.mirrors_of("http://127.0.0.1:3142/debian", None, DEBIAN12))
     assert snapshot.kind == "snapshot"
     assert dict(snapshot.urls) == {
         "debian": f"https://snapshot.example.org/archive/debian/{T0}/",
@@ -405,10 +411,11 @@ CHILD = """
 import signal, sys
 from pathlib import Path
 from dlimages.build import aptdebs
-from dlimages.generate.aptlock import Deb
+from dlimages.generate.aptlock import Deb, Distro
 signal.signal(signal.SIGINT, signal.default_int_handler)  # even where the shell that started the tests ignores it
 debs = [Deb(name, "1.0", "debian", f"pool/main/{name}/{name}/{name}_1.0_all.deb", 100, "0" * 64) for name in "ab"]
-aptdebs.fetch(debs, aptdebs.origin(sys.argv[1], "T"), Path(sys.argv[2]))
+debian12 = Distro.of("debian12", "debian", "bookworm")
+aptdebs.fetch(debs, aptdebs.origin(sys.argv[1], "T", None, debian12), Path(sys.argv[2]))
 """
 
 

@@ -13,6 +13,7 @@ from dlimages.commands import bases, session
 from dlimages.commands.session import Failed
 from dlimages.core.engines import Need
 from dlimages.core.runner import Runner
+from dlimages.generate.project import Project
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -30,7 +31,7 @@ def host(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
 @pytest.mark.parametrize("host", [PODMAN], indirect=True)
 def test_base_on_podman_stops_with_exit_2_before_it_fetches_anything(host: EngineHost) -> None:
     with pytest.raises(Failed) as raised:
-        bases.base(REPO)
+        bases.base(Project(REPO))
     assert raised.value.code == 2
     assert raised.value.message.startswith("error: Podman 5.4.2 answers as the Docker engine")
     assert [argv[1] for argv in host.calls] == ["info", "version"]  # nothing but the two questions

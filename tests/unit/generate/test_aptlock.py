@@ -15,7 +15,7 @@ import pytest
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
 from dlimages.generate import aptlock
-from dlimages.generate.aptlock import APT_LOCK, BASE_APT_LOCK, AptLock, Deb, Resolved, ResolveError
+from dlimages.generate.aptlock import APT_LOCK, AptLock, Deb, Distro, Resolved, ResolveError
 
 MIRROR = "http://127.0.0.1:3142"  # a mirror's URL, never asked: apt-get is a fake here
 URLS = {"debian": f"{MIRROR}/debian", "debian-security": f"{MIRROR}/debian-security"}
@@ -23,6 +23,10 @@ T0 = "20261201T194500Z"
 T1 = "20270115T080000Z"
 PACKAGES = ["curl", "ca-certificates"]
 ALLOWED = "NAME=VERSION ARCHIVE PATH SIZE sha256:HEX"
+DEBIAN12 = Distro.of("debian12", "debian", "bookworm")
+DEBIAN13 = Distro.of("debian13", "debian", "trixie")
+BASE_APT_LOCK = "images/base-debian12.apt.lock"
+OS = "debian12 (bookworm, amd64)"
 
 
 def deb(name: str, version: str = "1.0-1", archive: str = "debian", *, content: str = "") -> Deb:
@@ -43,13 +47,16 @@ BASE_DEBS = (
 CELL_DEBS = (deb("ca-certificates", "20230311"), deb("curl", "7.88.1-10+deb12u8", "debian-security"))
 
 
-def base_lock(debs: Sequence[Deb] = BASE_DEBS, resolved: str = T0) -> AptLock:
-    return AptLock("the offline Debian 12 base", tuple(sorted(debs)), aptlock.base_input(), resolved)
+def base_lock(debs: Sequence[Deb] = BASE_DEBS, resolved: str = T0, distro: Distro = DEBIAN12) -> AptLock:
+    return AptLock(
+        f"the offline {distro.os} base", tuple(sorted(debs)), aptlock.base_input(distro), resolved, distro.header
+    )
 
 
 def cell_lock(base: AptLock, packages: Sequence[str] = PACKAGES, debs: Sequence[Deb] = CELL_DEBS) -> AptLock:
     part = f"what the apt step installs on the base: {' '.join(sorted(packages))}"
-    return AptLock(part, tuple(sorted(debs)), aptlock.cell_input(packages, base.digest()), base.resolved, base.digest())
+    given = aptlock.cell_input(packages, base.digest(), base.os.split()[0])
+    return AptLock(part, tuple(sorted(debs)), given, base.resolved, base.os, base.digest())
 
 
 def problem_of(text: str) -> str:
@@ -95,7 +102,7 @@ def test_a_malformed_line_names_the_file_the_line_and_what_is_allowed(line: str)
     assert problem.endswith(f"(allowed: {ALLOWED})")
 
 
-@pytest.mark.parametrize("key", ["Input", "Part", "Resolved"])
+@pytest.mark.parametrize("key", ["Input", "Os", "Part", "Resolved"])
 def test_a_lock_without_a_header_it_needs_is_refused(key: str) -> None:
     text = "".join(line + "\n" for line in base_lock().text().splitlines() if not line.startswith(f"# {key}:"))
     assert problem_of(text) == (
@@ -107,7 +114,7 @@ def test_a_lock_without_packages_reads_back_but_one_without_its_headers_is_refus
     # A package set the base already holds: the cell's lock has headers only.
     header = "".join(line + "\n" for line in base_lock().text().splitlines() if line.startswith("#"))
     assert AptLock.parse(header, "images/x/apt.lock").debs == ()
-    assert "no Part, Input header" in problem_of("# Resolved: 20261201T194500Z\n" + BASE_DEBS[0].line() + "\n")
+    assert "no Part, Os, Input header" in problem_of("# Resolved: 20261201T194500Z\n" + BASE_DEBS[0].line() + "\n")
 
 
 def test_read_is_none_for_a_missing_lock_and_an_input_error_for_an_unreadable_one(tmp_path: Path) -> None:
@@ -129,18 +136,22 @@ def test_the_digest_follows_every_package_hash() -> None:
 
 
 def test_the_base_input_is_stable() -> None:
-    assert aptlock.base_input() == aptlock.base_input()
-    assert aptlock.base_input().startswith("sha256:") and len(aptlock.base_input()) == len("sha256:") + 64
+    given = aptlock.base_input(DEBIAN12)
+    assert given == aptlock.base_input(DEBIAN12)
+    assert given.startswith("sha256:") and len(given) == len("sha256:") + 64
 
 
-def test_a_cells_input_is_its_package_set_and_its_base() -> None:
+def test_a_cells_input_is_its_package_set_its_base_and_its_os() -> None:
     base = base_lock().digest()
-    assert aptlock.cell_input(["curl", "ca-certificates"], base) == aptlock.cell_input(
-        ["ca-certificates", "curl"], base
-    )
-    assert aptlock.cell_input(["curl"], base) != aptlock.cell_input(["curl", "git"], base)
-    assert aptlock.cell_input(["curl"], base) != aptlock.cell_input(["curl"], base_lock(resolved=T1).digest())
-    assert aptlock.cell_input(["curl"], base) != aptlock.base_input()
+
+    def cell_input(packages: Sequence[str], base: str = base, os: str = "debian12") -> str:
+        return aptlock.cell_input(packages, base, os)
+
+    assert cell_input(["curl", "ca-certificates"]) == cell_input(["ca-certificates", "curl"])
+    assert cell_input(["curl"]) != cell_input(["curl", "git"])
+    assert cell_input(["curl"]) != cell_input(["curl"], base_lock(resolved=T1).digest())
+    assert cell_input(["curl"]) != cell_input(["curl"], os="debian13")
+    assert cell_input(["curl"]) != aptlock.base_input(DEBIAN12)
 
 
 # --- stale ------------------------------------------------------------------------------------------------------
@@ -157,38 +168,38 @@ def write_locks(root: Path, base: AptLock | None, cell: AptLock | None) -> Path:
 
 def test_missing_locks_are_stale(tmp_path: Path) -> None:
     cell = write_locks(tmp_path, None, None)
-    assert aptlock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None) == "missing"
-    assert aptlock.stale(tmp_path, cell, PACKAGES) == "missing"
+    assert aptlock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None, DEBIAN12) == "missing"
+    assert aptlock.stale(tmp_path, cell, PACKAGES, DEBIAN12) == "missing"
 
 
 def test_locks_written_from_their_inputs_are_up_to_date(tmp_path: Path) -> None:
     base = base_lock()
     cell = write_locks(tmp_path, base, cell_lock(base))
-    assert aptlock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None) == ""
-    assert aptlock.stale(tmp_path, cell, PACKAGES) == ""
-    assert aptlock.stale(tmp_path, cell, list(reversed(PACKAGES))) == "", "a package set has no order"
+    assert aptlock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None, DEBIAN12) == ""
+    assert aptlock.stale(tmp_path, cell, PACKAGES, DEBIAN12) == ""
+    assert aptlock.stale(tmp_path, cell, list(reversed(PACKAGES)), DEBIAN12) == "", "a package set has no order"
 
 
 def test_a_cell_lock_on_another_base_lock_is_stale(tmp_path: Path) -> None:
     cell = write_locks(tmp_path, base_lock(), cell_lock(base_lock(resolved=T1)))
-    assert aptlock.stale(tmp_path, cell, PACKAGES) == f"resolved on another {BASE_APT_LOCK}"
+    assert aptlock.stale(tmp_path, cell, PACKAGES, DEBIAN12) == f"resolved on another {BASE_APT_LOCK}"
 
 
 def test_a_cell_lock_without_a_base_lock_is_stale(tmp_path: Path) -> None:
     cell = write_locks(tmp_path, None, cell_lock(base_lock()))
-    assert aptlock.stale(tmp_path, cell, PACKAGES) == f"{BASE_APT_LOCK} is missing"
+    assert aptlock.stale(tmp_path, cell, PACKAGES, DEBIAN12) == f"{BASE_APT_LOCK} is missing"
 
 
 def test_a_cell_lock_of_another_package_set_is_stale(tmp_path: Path) -> None:
     base = base_lock()
     cell = write_locks(tmp_path, base, cell_lock(base))
-    assert aptlock.stale(tmp_path, cell, [*PACKAGES, "git"]) == "resolved from another package set"
+    assert aptlock.stale(tmp_path, cell, [*PACKAGES, "git"], DEBIAN12) == "resolved from another package set"
 
 
 def test_a_base_lock_of_another_base_definition_is_stale(tmp_path: Path) -> None:
-    old = AptLock("the offline Debian 12 base", BASE_DEBS, "sha256:" + "0" * 64, T0)
+    old = AptLock("the offline Debian 12 base", BASE_DEBS, "sha256:" + "0" * 64, T0, OS)
     write_locks(tmp_path, old, None)
-    assert aptlock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None) == "resolved for another base definition"
+    assert aptlock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None, DEBIAN12) == "resolved for another base definition"
 
 
 # --- minbase ----------------------------------------------------------------------------------------------------
@@ -229,11 +240,11 @@ def test_minbase_is_the_required_and_essential_packages_of_the_main_suite_with_a
     (tmp_path / "example.org_debian_dists_bookworm_main_binary-arm64_Packages").write_text(
         "Package: arm-only\nPriority: required\n"
     )
-    assert aptlock.minbase(tmp_path) == ["apt", "base-files", "dash", "mawk", "usr-is-merged"]
+    assert aptlock.minbase(tmp_path, "bookworm") == ["apt", "base-files", "dash", "mawk", "usr-is-merged"]
 
 
 def test_minbase_without_an_index_is_apt_and_usr_is_merged(tmp_path: Path) -> None:
-    assert aptlock.minbase(tmp_path) == ["apt", "usr-is-merged"]
+    assert aptlock.minbase(tmp_path, "bookworm") == ["apt", "usr-is-merged"]
 
 
 # --- moved ------------------------------------------------------------------------------------------------------
@@ -307,9 +318,11 @@ class FakeApt:
         assert env["LC_ALL"] == "C"
         config = Path(env["APT_CONFIG"])
         if argv[1] == "update":
-            self.configs += [config.read_text(), (config.parent / "sources/archive.sources").read_text()]
+            sources = (config.parent / "sources/archive.sources").read_text()
+            self.configs += [config.read_text(), sources]
+            suite = sources.split("Suites: ", 1)[1].split()[0]  # the main suite, whose index marks what is required
             lists = config.parent / "lists"
-            (lists / "127.0.0.1:3142_debian_dists_bookworm_main_binary-amd64_Packages").write_text(INDEX_OF_ARCHIVE)
+            (lists / f"127.0.0.1:3142_debian_dists_{suite}_main_binary-amd64_Packages").write_text(INDEX_OF_ARCHIVE)
             return subprocess.CompletedProcess(argv, 0, "", self.update_err)
         names = [arg for arg in argv[2:] if not arg.startswith("-")]
         try:
@@ -329,7 +342,7 @@ class FakeApt:
 
 def test_resolve_locks_the_base_and_what_the_package_set_adds_to_it() -> None:
     apt = FakeApt()
-    resolved = aptlock.resolve(PACKAGES, URLS, Runner(run=apt))
+    resolved = aptlock.resolve(DEBIAN12, PACKAGES, URLS, Runner(run=apt))
     assert resolved.base.debs == tuple(sorted(BASE_DEBS)), "versions from -s; archive, path, size, hash from the URIs"
     assert [d.spec for d in resolved.cell.debs] == [
         "ca-certificates=20230311",
@@ -339,9 +352,9 @@ def test_resolve_locks_the_base_and_what_the_package_set_adds_to_it() -> None:
     assert {d.archive for d in resolved.cell.debs} == {"debian", "debian-security"}
     curl = next(d for d in resolved.cell.debs if d.name == "curl")
     assert curl.path == "pool/main/c/curl/curl_7.88.1-10+deb12u8_amd64.deb", "%2b is unquoted"
-    assert resolved.base.input == aptlock.base_input() and resolved.base.base == ""
+    assert resolved.base.input == aptlock.base_input(DEBIAN12) and resolved.base.base == ""
     assert resolved.cell.base == resolved.base.digest()
-    assert resolved.cell.input == aptlock.cell_input(PACKAGES, resolved.base.digest())
+    assert resolved.cell.input == aptlock.cell_input(PACKAGES, resolved.base.digest(), "debian12")
     assert resolved.cell.resolved == resolved.base.resolved
     assert "ca-certificates curl" in resolved.cell.part
     for lock in (resolved.base, resolved.cell):
@@ -354,7 +367,7 @@ def test_resolve_locks_the_base_and_what_the_package_set_adds_to_it() -> None:
 
 def test_resolve_runs_apt_on_its_own_configuration_and_the_given_archives() -> None:
     apt = FakeApt()
-    aptlock.resolve(PACKAGES, URLS, Runner(run=apt))
+    aptlock.resolve(DEBIAN12, PACKAGES, URLS, Runner(run=apt))
     config, sources = apt.configs
     for setting in ('Dir::Etc::SourceList "/dev/null";', 'Dir::Etc::Parts "/dev/null";', 'APT::Architecture "amd64";'):
         assert setting in config
@@ -366,7 +379,7 @@ def test_resolve_runs_apt_on_its_own_configuration_and_the_given_archives() -> N
 
 def test_an_archive_is_told_from_another_whose_url_it_begins_with() -> None:
     """The security archive's URL begins with the main archive's (…/debian-security): only a whole segment counts."""
-    resolved = aptlock.resolve(["curl"], URLS, Runner(run=FakeApt()))
+    resolved = aptlock.resolve(DEBIAN12, ["curl"], URLS, Runner(run=FakeApt()))
     by_name = {d.name: d.archive for d in (*resolved.base.debs, *resolved.cell.debs)}
     assert by_name == {
         "apt": "debian",
@@ -378,13 +391,13 @@ def test_an_archive_is_told_from_another_whose_url_it_begins_with() -> None:
         "usr-is-merged": "debian",
     }
     slashed = {name: url + "/" for name, url in URLS.items()}
-    again = aptlock.resolve(["curl"], slashed, Runner(run=FakeApt(urls=URLS)))
+    again = aptlock.resolve(DEBIAN12, ["curl"], slashed, Runner(run=FakeApt(urls=URLS)))
     assert again.cell.debs == resolved.cell.debs
 
 
 def test_a_package_apt_cannot_find_is_a_resolve_error_in_apts_words() -> None:
     with pytest.raises(ResolveError) as caught:
-        aptlock.resolve(["nosuch"], URLS, Runner(run=FakeApt()))
+        aptlock.resolve(DEBIAN12, ["nosuch"], URLS, Runner(run=FakeApt()))
     message = str(caught.value)
     assert message.startswith("apt-get could not resolve apt, base-files, libc6, mawk, usr-is-merged, nosuch: ")
     assert message.endswith("E: Unable to locate package nosuch")
@@ -402,7 +415,7 @@ def test_a_package_apt_cannot_find_is_a_resolve_error_in_apts_words() -> None:
 def test_an_update_that_warns_or_fails_is_a_resolve_error(err: str) -> None:
     apt = FakeApt(update_err=err)
     with pytest.raises(ResolveError) as caught:
-        aptlock.resolve(PACKAGES, URLS, Runner(run=apt))
+        aptlock.resolve(DEBIAN12, PACKAGES, URLS, Runner(run=apt))
     assert str(caught.value) == f"apt-get update could not read the signed indexes: {err.strip()}"
     assert [call[1] for call in apt.calls] == ["update"], "nothing is resolved from indexes apt did not check"
 
@@ -417,7 +430,7 @@ def test_a_package_set_that_would_replace_a_base_package_is_a_resolve_error() ->
     with pytest.raises(
         ResolveError, match=r"^the package set would replace packages of the base: libc6=2\.36-9\+deb12u10$"
     ):
-        aptlock.resolve(["curl"], URLS, Runner(run=FakeApt(answer)))
+        aptlock.resolve(DEBIAN12, ["curl"], URLS, Runner(run=FakeApt(answer)))
 
 
 def test_a_file_outside_the_given_archives_is_a_resolve_error() -> None:
@@ -425,7 +438,7 @@ def test_a_file_outside_the_given_archives_is_a_resolve_error() -> None:
     with pytest.raises(
         ResolveError, match=r"^apt named http://example\.org/debian/pool/main/a/apt/apt_2\.6\.1_amd64\.deb,"
     ):
-        aptlock.resolve(PACKAGES, URLS, Runner(run=FakeApt(urls=elsewhere)))
+        aptlock.resolve(DEBIAN12, PACKAGES, URLS, Runner(run=FakeApt(urls=elsewhere)))
 
 
 # --- lock_os ----------------------------------------------------------------------------------------------------
@@ -438,9 +451,9 @@ class FakeResolve:
         self.base, self.cell, self.resolved = base, cell, resolved
         self.calls = 0
 
-    def __call__(self, packages: Sequence[str], urls: dict[str, str], runner: Runner) -> Resolved:
+    def __call__(self, distro: Distro, packages: Sequence[str], urls: dict[str, str], runner: Runner) -> Resolved:
         self.calls += 1
-        base = base_lock(self.base, self.resolved)
+        base = base_lock(self.base, self.resolved, distro)
         return Resolved(base, cell_lock(base, packages, self.cell))
 
 
@@ -456,7 +469,7 @@ def cells(root: Path) -> list[Path]:
 
 
 def lock_os(root: Path, *, upgrade: bool = False, packages: Sequence[str] = PACKAGES) -> list[str]:
-    return aptlock.lock_os(root, cells(root), packages, URLS, Runner(run=no_command), upgrade=upgrade)
+    return aptlock.lock_os(root, DEBIAN12, cells(root), packages, URLS, Runner(run=no_command), upgrade=upgrade)
 
 
 def texts(root: Path) -> list[bytes]:
@@ -472,8 +485,8 @@ def test_first_locks_are_written_and_counted(tmp_path: Path, monkeypatch: pytest
         "  2 packages",
     ]
     for folder in cells(tmp_path):
-        assert aptlock.stale(tmp_path, folder / APT_LOCK, PACKAGES) == ""
-    assert aptlock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None) == ""
+        assert aptlock.stale(tmp_path, folder / APT_LOCK, PACKAGES, DEBIAN12) == ""
+    assert aptlock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None, DEBIAN12) == ""
 
 
 def test_up_to_date_locks_are_neither_resolved_nor_rewritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -518,7 +531,7 @@ def test_an_upgrade_that_moves_a_base_package_rewrites_the_base_and_every_cell(
     for folder in cells(tmp_path):
         cell = aptlock.read(folder / APT_LOCK)
         assert cell is not None and cell.base == base.digest() and cell.resolved == T1
-        assert aptlock.stale(tmp_path, folder / APT_LOCK, PACKAGES) == ""
+        assert aptlock.stale(tmp_path, folder / APT_LOCK, PACKAGES, DEBIAN12) == ""
 
 
 def test_a_new_package_set_rewrites_every_cell_and_keeps_the_base(
@@ -536,10 +549,77 @@ def test_a_new_package_set_rewrites_every_cell_and_keeps_the_base(
     ]
     assert (tmp_path / BASE_APT_LOCK).read_bytes() == base_before
     for folder in cells(tmp_path):
-        assert aptlock.stale(tmp_path, folder / APT_LOCK, [*PACKAGES, "git"]) == ""
+        assert aptlock.stale(tmp_path, folder / APT_LOCK, [*PACKAGES, "git"], DEBIAN12) == ""
 
 
 def test_a_package_set_the_base_already_holds_gives_a_cell_lock_that_reads_back() -> None:
-    resolved = aptlock.resolve(["mawk"], URLS, Runner(run=FakeApt()))
+    resolved = aptlock.resolve(DEBIAN12, ["mawk"], URLS, Runner(run=FakeApt()))
     assert resolved.cell.debs == ()
     assert AptLock.parse(resolved.cell.text(), "images/x/apt.lock") == resolved.cell
+
+
+# --- one offline base for each Debian release -------------------------------------------------------------------
+
+
+def test_the_debian12_base_input_is_the_one_its_lock_was_resolved_from() -> None:
+    # Made for any release now, it must not make the Debian 12 lock stale (nor move its image ID).
+    assert aptlock.base_input(DEBIAN12) == "sha256:989987ca5d9a8c739673f6b2621b3bcc27c3fd2b9c86d15dca33f5ca97dde7e5"
+    assert aptlock.base_input(DEBIAN13) != aptlock.base_input(DEBIAN12)
+
+
+def test_a_debian_release_resolves_from_its_own_suites_into_locks_that_name_it() -> None:
+    apt = FakeApt()
+    resolved = aptlock.resolve(DEBIAN13, PACKAGES, URLS, Runner(run=apt))
+    sources = apt.configs[1]
+    assert f"URIs: {MIRROR}/debian\nSuites: trixie trixie-updates\n" in sources
+    assert f"URIs: {MIRROR}/debian-security\nSuites: trixie-security\n" in sources
+    assert resolved.base.os == resolved.cell.os == "debian13 (trixie, amd64)"
+    assert resolved.base.part == "the offline debian13 base (mmdebstrap --variant=minbase)"
+    assert resolved.base.input == aptlock.base_input(DEBIAN13)
+    assert resolved.cell.input == aptlock.cell_input(PACKAGES, resolved.base.digest(), "debian13")
+    assert aptlock.distro_of(AptLock.parse(resolved.base.text(), "x")) == DEBIAN13
+    # minbase from trixie's own index: its required packages are asked for
+    assert next(call for call in apt.calls if call[1] == "install")[-4:] == [
+        "base-files",
+        "libc6",
+        "mawk",
+        "usr-is-merged",
+    ]
+
+
+def test_each_offline_base_has_a_lock_of_its_own_and_its_cells_stand_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(aptlock, "resolve", FakeResolve(BASE_DEBS, CELL_DEBS, T0))
+    twelve, thirteen = (folder / APT_LOCK for folder in cells(tmp_path))
+    runner = Runner(run=no_command)
+    aptlock.lock_os(tmp_path, DEBIAN12, [twelve.parent], PACKAGES, URLS, runner, upgrade=False)
+    before = (tmp_path / BASE_APT_LOCK).read_bytes()
+    lines = aptlock.lock_os(tmp_path, DEBIAN13, [thirteen.parent], PACKAGES, URLS, runner, upgrade=False)
+    assert lines == [
+        "images/base-debian13.apt.lock: written",
+        "  5 packages",
+        "cells' apt.lock (1 cells):",
+        "  2 packages",
+    ]
+    base = aptlock.read(tmp_path / aptlock.base_lock_path("debian13"))
+    assert base is not None and base.os == "debian13 (trixie, amd64)" and base.input == aptlock.base_input(DEBIAN13)
+    assert aptlock.stale(tmp_path, thirteen, PACKAGES, DEBIAN13) == ""
+    assert aptlock.stale(tmp_path, twelve, PACKAGES, DEBIAN13) == "resolved on another images/base-debian13.apt.lock"
+    assert aptlock.stale(tmp_path, thirteen, PACKAGES, DEBIAN12) == f"resolved on another {BASE_APT_LOCK}"
+    assert (tmp_path / BASE_APT_LOCK).read_bytes() == before  # Debian 12's lock is not touched
+    assert aptlock.lock_os(tmp_path, DEBIAN12, [twelve.parent], PACKAGES, URLS, runner, upgrade=False) == [
+        f"OS package locks: up to date ({BASE_APT_LOCK} and 1 cells)"
+    ]
+
+
+def test_the_offline_bases_are_the_oses_with_bootstrap(data: dict[str, Any], parse: Callable[..., Any]) -> None:
+    data["os"]["debian13"] = {
+        **data["os"]["debian12"],
+        "codename": "trixie",
+        "python": "3.13",
+        "image": "dlimages/base:debian13",
+    }
+    assert aptlock.offline_bases(parse(data)) == {"debian12": DEBIAN12, "debian13": DEBIAN13}
+    data["os"]["debian13"]["bootstrap"] = False
+    assert aptlock.offline_bases(parse(data)) == {"debian12": DEBIAN12}

@@ -76,7 +76,9 @@ def test_an_ubuntu_release_resolves_from_its_archive_with_its_keyring_and_every_
     jammy = Distro.of("ubuntu22.04", "ubuntu", "jammy")
     assert dict(jammy.archives) == {"ubuntu": ("jammy", "jammy-updates", "jammy-security")}
     assert jammy.keyring == "/usr/share/keyrings/ubuntu-archive-keyring.gpg"
-    assert Distro.of("debian12", "debian", "bookworm") == aptlock.DEBIAN12
+    trixie = Distro.of("debian13", "debian", "trixie")
+    assert dict(trixie.archives) == {"debian": ("trixie", "trixie-updates"), "debian-security": ("trixie-security",)}
+    assert trixie.keyring == "/usr/share/keyrings/debian-archive-keyring.gpg" and trixie.components == ("main",)
     tools = FakeTools()
     lock = aptlock.resolve_on(jammy, PACKAGES, f"{JAMMY}@{DIGEST}", STATUS, dict(jammy.public), Runner(run=tools))
     assert tools.status_seen == [STATUS]  # resolved on what the base has installed
