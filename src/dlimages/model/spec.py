@@ -436,14 +436,15 @@ def cross_check(m: Matrix, f: str) -> list[Problem]:
                 if variant.index_url and variant.find_links:
                     problems.append(Problem(where, "give either `index_url` or `find_links`, not both"))
     for key, pins in m.packages.overrides.items():
-        pythons = {("python", python) for python in m.axes.python}
-        if not any(override_applies(key, package, version) for package, version in releases | pythons):
+        axes = {("python", python) for python in m.axes.python}
+        if not any(override_applies(key, package, version) for package, version in releases | axes):
             problems.append(
                 Problem(
                     f"{f}: packages.overrides.{key}",
                     "names no framework release",
                     "a framework package or `python` with conditions that hold for one of its releases or Python "
-                    "versions, e.g. tensorflow==2.4.0, torch>=2.5, tensorflow>=2.15,<2.18, python>=3.12; releases: " + ", ".join(sorted(f"{p}=={v}" for p, v in releases)),
+                    "versions, e.g. tensorflow==2.4.0, torch>=2.5, tensorflow>=2.15,<2.18, python>=3.12; releases: "
+                    + ", ".join(sorted(f"{p}=={v}" for p, v in releases)),
                 )
             )
         for package in pins:
