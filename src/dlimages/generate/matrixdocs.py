@@ -10,6 +10,7 @@ nothing from the clock or the host. A generated block sits between two marker li
 from __future__ import annotations
 
 import itertools
+import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,7 @@ class ExampleNode:
 
     @property
     def flags(self) -> str:
-        return f"--gpu {self.gpu} --driver {self.driver} --brand {self.brand}"
+        return f"--gpu {shlex.quote(self.gpu)} --driver {self.driver} --brand {self.brand}"
 
 
 # Nodes platform teams run, old and new: each shows one way of running (or not) that the doctor knows.
@@ -63,6 +64,13 @@ EXAMPLE_NODES = (
     ExampleNode("V100 (data-center), R418", "sm_70", "418.87.01", "tesla"),
     ExampleNode("GeForce RTX 3090, R470", "sm_86", "470.82.01", "geforcertx"),
     ExampleNode("GeForce RTX 4090, R525", "sm_89", "525.60.13", "geforcertx"),
+    # Today's: model names and driver branches, as fleets name them.
+    ExampleNode("H100 / H200 (data-center), R580", "H100", "R580", "nvidia"),
+    ExampleNode("H20 (data-center), R570", "H20", "R570", "nvidia"),
+    ExampleNode("L40S (data-center), R550", "L40S", "R550", "nvidia"),
+    ExampleNode("B200 (data-center), R570", "B200", "R570", "nvidia"),
+    ExampleNode("GeForce RTX 5090, R575", "RTX 5090", "R575", "geforcertx"),
+    ExampleNode("V100 (data-center), R580", "V100", "R580", "nvidia"),
 )
 
 
@@ -393,6 +401,7 @@ def example_nodes(env: jinja2.Environment, expansion: Expansion) -> str:
     rows: list[Row] = []
     for example in EXAMPLE_NODES:
         node = gpunode.node_from_flags(example.gpu, example.driver, _no_probe, example.brand)
+        arch = node.gpus[0].arch or example.gpu
         runs: dict[str, int] = {}
         causes: dict[str, list[Cell]] = {}
         for cell in expansion.cells:
@@ -400,8 +409,8 @@ def example_nodes(env: jinja2.Environment, expansion: Expansion) -> str:
             if verdict.runs:
                 path = verdict.runs_through or "?"
                 runs[path] = runs.get(path, 0) + 1
-            elif doctor.kernels_for(cell, example.gpu) is None:
-                causes.setdefault(f"no kernels for {example.gpu}", []).append(cell)
+            elif doctor.kernels_for(cell, arch) is None:
+                causes.setdefault(f"no kernels for {arch}", []).append(cell)
             elif verdict.needs_driver:
                 causes.setdefault(f"needs driver ≥ {verdict.needs_driver}", []).append(cell)
             else:

@@ -28,7 +28,8 @@ MATRIX_FILE = "matrix.yaml"
 # ASCII only: a pattern with \d would let other scripts' digits (Arabic-Indic, fullwidth, ...) into tags and pins.
 Version = Annotated[str, Field(pattern=rf"^{VERSION.pattern}$")]
 Driver = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")]
-Arch = Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}$")]
+# sm_90a: code for exactly that GPU (arch-specific PTX JIT-compiles on sm_90 only, not on newer GPUs).
+Arch = Annotated[str, Field(pattern=r"^sm_[0-9]{2,3}a?$")]
 Name = Annotated[str, Field(pattern=rf"^{NAME.pattern}$")]
 
 
