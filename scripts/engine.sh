@@ -41,9 +41,11 @@ readonly APT_DIR="${APT_DIR:-/etc/apt}"
 readonly TRIXIE_SOURCES="$APT_DIR/sources.list.d/dlimages-trixie.sources"
 readonly TRIXIE_PIN="$APT_DIR/preferences.d/dlimages-trixie"
 # bookworm ships no buildx; trixie's is a static Go binary that depends on libc6 only.
-# skopeo: `invoke bases` and `bases.mirror`; mmdebstrap: `invoke base` (the offline Debian base); dpkg-dev:
-# dpkg-scanpackages, which indexes the locked .deb files a build installs from.
-readonly PACKAGES=(containerd runc iptables tini skopeo mmdebstrap dpkg-dev)
+# skopeo: `invoke bases` and `bases.mirror`; mmdebstrap: `invoke base` (the offline Debian bases); dpkg-dev:
+# dpkg-scanpackages, which indexes the locked .deb files a build installs from; debian-archive-keyring at bookworm's
+# newest, which holds Debian 13's archive keys too (`invoke lock` checks trixie's Release files against it: they are
+# signed with Debian 12's keys as well today, not for ever).
+readonly PACKAGES=(containerd runc iptables tini skopeo mmdebstrap dpkg-dev debian-archive-keyring)
 # --fixtures: docker-registry, apache2-utils (htpasswd), openssl: the tests' local registries (.ci/registry.sh);
 # chromium, chromium-driver: the image tests' browser (tests/image/test_browser.py); fonts-dejavu-core: text in its
 # screenshots (installed without recommends, Chromium brings no font of its own).

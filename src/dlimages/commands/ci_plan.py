@@ -161,13 +161,13 @@ def _key(folder: Path) -> str:
 
 
 def containerd_leg(root: Path, engine: Path) -> list[Step]:
-    """The PyTorch cell on the containerd image store (the default of Docker 29+), on an engine of its own: the base and
-    a cold build, tagged, their OS packages from the repository of the locked files alone; `invoke repro` against it
-    (another cold build, which must give the same config digest); a signed push to a registry of its own, verified; then
-    the docker-group user's commands on that store (.ci/as-user.sh: a cache-warm build giving root's image, push, a zstd
-    push, the image tests, smoke (exit 77 without a GPU) of the verified digest, doctor, disk). Its ledger is kept
-    beside the classic store's (CONTAINERD_LEDGER), with the config digest that store built, for the classic store's
-    build to match."""
+    """The PyTorch cell on the containerd image store (the default of Docker 29+), on an engine of its own: a cold build
+    and the base it stands on, tagged, their OS packages from the repository of the locked files alone; `invoke repro`
+    against it (another cold build, which must give the same config digest); a signed push to a registry of its own,
+    verified; then the docker-group user's commands on that store (.ci/as-user.sh: a cache-warm build giving root's
+    image, push, a zstd push, the image tests, smoke (exit 77 without a GPU) of the verified digest, doctor, disk). Its
+    ledger is kept beside the classic store's (CONTAINERD_LEDGER), with the config digest that store built, for the
+    classic store's build to match."""
     registry = f"127.0.0.1:{CONTAINERD_REGISTRY_PORT}"
     keys = root / CONTAINERD_SIGNING
     key = f"--key {_q(keys / 'cosign.pub')}"
@@ -177,9 +177,9 @@ def containerd_leg(root: Path, engine: Path) -> list[Step]:
             "containerd store: engine", f"bash {_q(root / 'scripts/engine.sh')} --own {_q(engine)} --store containerd"
         ),
         Step("the locked OS packages into a local repository", f"{usage.APT_REPO} --to {_q(root / APT_REPO)}"),
-        Step(
-            f"containerd store: the base, then build {BUILDS[0]}, from that repository on 127.0.0.1",
-            _served(root, f"{usage.BASE} --apt-from {APT_URL} && {usage.BUILD} {BUILDS[0]} --apt-from {APT_URL}"),
+        Step(  # the build makes the base it stands on first (only that one: the others are the image tests')
+            f"containerd store: build {BUILDS[0]} and its base, from that repository on 127.0.0.1",
+            _served(root, f"{usage.BUILD} {BUILDS[0]} --apt-from {APT_URL}"),
         ),
         Step("containerd store: what it built", f"cp {_q(root / LEDGER)} {_q(root / CONTAINERD_LEDGER)}"),
         Step(
