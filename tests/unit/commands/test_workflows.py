@@ -221,9 +221,15 @@ def test_the_cells_are_chosen_at_run_time() -> None:
     assert "invoke matrix --json --since" in step("images", "plan", "plan")["run"]
 
 
+def test_a_cell_on_an_offline_base_makes_that_base_only() -> None:
+    made = step("images", "build", "make the offline Debian base")
+    assert made["if"] == "matrix.bootstrap" and made["env"]["OS"] == "${{ matrix.os }}"
+    assert 'invoke base --os "$OS" --no-engine-setup' in made["run"]
+
+
 def test_no_debian_mirror_variable_is_needed() -> None:
     assert "DEBIAN_MIRROR" not in (WORKFLOWS / "images.yml").read_text(encoding="utf-8")
-    assert "--mirror" not in step("images", "build", "make the Debian 12 base")["run"]
+    assert "--mirror" not in step("images", "build", "make the offline Debian base")["run"]
 
 
 # --- The shell steps, run ---------------------------------------------------------------------------------------
@@ -284,7 +290,7 @@ if [ "$status" = success ] && [ -f "$FAKE_DIR/success/$branch" ]; then cat "$FAK
 """
 FAKE_MATRIX = """
 if [ "$1" = matrix ]; then
-  echo '[{"cell": "a", "flags": "--cuda 11.8 --torch 2.1.2", "bootstrap": true, "tags": ["v1-a"]}]'
+  echo '[{"cell": "a", "flags": "--cuda 11.8 --torch 2.1.2", "bootstrap": true, "os": "debian13", "tags": ["v1-a"]}]'
 fi
 """
 
@@ -332,7 +338,7 @@ def test_change_detection_compares_with_the_last_successful_run(
         assert ["--event", "push"] == asked[asked.index("--event") :][:2]
     assert bool(calls(log, "gh")) == (event == "push")
     output = (tmp_path / "github-output").read_text()
-    assert output == 'cells=[{"cell":"a","flags":"--cuda 11.8 --torch 2.1.2","bootstrap":true}]\n'
+    assert output == 'cells=[{"cell":"a","flags":"--cuda 11.8 --torch 2.1.2","bootstrap":true,"os":"debian13"}]\n'
 
 
 IMMUTABLE, RELEASE = "lab/x:v1.0-cuda11.8-torch2.1.2-py3.10-runtime", "lab/x:v1.0"
