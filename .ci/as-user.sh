@@ -104,10 +104,10 @@ log "push: the registry still holds $root_digest"
 # to a registry of its own (root's tag stays gzip), pulled back by invoke; nothing is left in .work/ but the report.
 zstd_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 bash "$repo/.ci/registry.sh" start "$ZSTD_REGISTRY" "$zstd_port" >/dev/null || die "could not start a registry"
-as_user push-zstd "invoke push --image dlimages/base:debian12 --registry 127.0.0.1:$zstd_port --compression zstd \
+as_user push-zstd "invoke push --image dlimages/base:debian13 --registry 127.0.0.1:$zstd_port --compression zstd \
     --no-sign --report .work/zstd-report.json" || die "invoke push --compression zstd failed"
 curl -fsS -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
-    "http://127.0.0.1:$zstd_port/v2/dlimages/base/manifests/debian12" | grep -q 'layer.v1.tar+zstd' \
+    "http://127.0.0.1:$zstd_port/v2/dlimages/base/manifests/debian13" | grep -q 'layer.v1.tar+zstd' \
     || die "the registry got no zstd layers"
 [[ -z "$(find "$work/.work" -maxdepth 1 -name 'push-*')" ]] || die "invoke push left its zstd layers in .work/"
 bash "$repo/.ci/registry.sh" stop "$ZSTD_REGISTRY" >/dev/null

@@ -1,5 +1,5 @@
-"""A locked cell of each framework release imports and computes from its own lock (issue 19): the lock's three files
-installed on the cell's Python with the image's flags in a fresh venv, then the framework imported on the CPU and
+"""A locked cell of each framework's CUDA build imports and computes from its own lock (issue 19): the lock's three
+files installed on the cell's Python with the image's flags in a fresh venv, then the framework imported on the CPU and
 asked to multiply two matrices. This is what caught TensorFlow 2.4 with protobuf 5 (its lock passed `pip check`).
 
 Needs PyPI (or the mirror uv is configured with) and each cell's Python (pyenv has 3.8 to 3.13 here); no Docker
@@ -26,15 +26,18 @@ from dlimages.model.spec import version_key
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = Project(REPO)
 PIP = PROJECT.matrix.packages.pip
-# A devel cell's lock is its runtime's (test_devel_cells_share_their_runtimes_lock). Of each framework release, the
-# runtime cell on the newest Python is proved: the one whose wheels are youngest (87 locks at about 30 s each would
-# take CI's whole time; `invoke lock --prove` proves every one, and lock.yml does weekly: docs/workflows.md).
+# A devel cell's lock is its runtime's (test_devel_cells_share_their_runtimes_lock). Of each framework's CUDA build,
+# the newest release's runtime cell on the newest Python is proved: its wheels are the youngest (87 locks at about 30 s
+# each would take CI's whole time; `invoke lock --prove` proves every one, and lock.yml does weekly: docs/workflows.md).
 LOCKED = [
     cell
     for cell in PROJECT.expansion.cells
     if lock_state(REPO, cell, PIP).status == "locked" and cell.flavor == "runtime"
 ]
-NEWEST = {(c.framework, c.framework_version): c for c in sorted(LOCKED, key=lambda c: version_key(c.python))}
+NEWEST = {
+    (c.framework, c.cuda): c
+    for c in sorted(LOCKED, key=lambda c: (version_key(c.framework_version), version_key(c.python)))
+}
 PROVED = sorted(NEWEST.values(), key=lambda c: c.slug)
 
 pytestmark = [

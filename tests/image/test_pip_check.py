@@ -1,7 +1,7 @@
 """`pip check` as a build gate, against the real engine: a cell whose lock holds a set that does not fit together (every
 file real and hash-checked) fails its build with the conflict named in pip's words and the way out, and tags nothing.
 
-Runs in a git clone of this repo, where the PyTorch CI cell's lock gets an older pytz than pandas 2.0.3 allows
+Runs in a git clone of this repo, where the PyTorch CI cell's lock gets an older pytz than pandas 2.2.3 allows
 (pytz>=2020.1). The wheel and its hash come from the index at test time; nothing is written into this checkout. The
 layers before the package set are those CI built for the cell, so the build takes a minute or two.
 """
@@ -22,14 +22,14 @@ from dlimages.core.runner import DEFAULT as RUNNER
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = "dlimages/base:debian12"
-CI_CELL = "images/pytorch/cuda12.1-torch2.1.2-py3.11-runtime"
-CI_REF = "lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"
-CI_FLAGS = ("--cuda", "12.1", "--torch", "2.1", "--python", "3.11")
-# pandas 2.0.3 requires pytz>=2020.1; 2019.3 is a real release, a py2.py3 wheel with no requirements of its own, so
+BASE = "dlimages/base:debian13"
+CI_CELL = "images/pytorch/cuda13.2-torch2.15.0-py3.13-runtime"
+CI_REF = "lab/pytorch-universal-dev:v1.0-cuda13.2-torch2.15.0-py3.13-runtime"
+CI_FLAGS = ("--cuda", "13.2", "--torch", "2.15", "--python", "3.13")
+# pandas 2.2.3 requires pytz>=2020.1; 2019.3 is a real release, a py2.py3 wheel with no requirements of its own, so
 # pip check finds this one conflict and nothing else.
 OLD_PYTZ = "2019.3"
-CONFLICT = f"pandas 2.0.3 has requirement pytz>=2020.1, but you have pytz {OLD_PYTZ}."
+CONFLICT = f"pandas 2.2.3 has requirement pytz>=2020.1, but you have pytz {OLD_PYTZ}."
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """What CI runs, as data: the gating checks (`invoke check`) and the end-to-end steps (`invoke ci`).
 
 The cells CI builds for real on a Debian 12 machine without NVIDIA's or PyTorch's servers both take CUDA from
-PyPI wheels on the locally made Debian base. TensorFlow goes through the host's apt mirror (`--mirror host`),
-PyTorch through upstream defaults (`--mirror none`), so both mirror paths are exercised.
+PyPI wheels on a locally made Debian base (13 for PyTorch, 12 for TensorFlow). TensorFlow goes through the host's
+apt mirror (`--mirror host`), PyTorch through upstream defaults (`--mirror none`), so both mirror paths are exercised.
 """
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ from pathlib import Path
 
 from dlimages.core import usage
 
+# The newest PyTorch on the Debian 13 base (Python 3.13, CUDA 13.2), and TensorFlow on the Debian 12 one: both bases.
 BUILDS = (
-    "--cuda 12.1 --torch 2.1 --python 3.11 --mirror none",
+    "--cuda 13.2 --torch 2.15 --python 3.13 --mirror none",
     "--cuda 11.8 --tf 2.14 --python 3.11 --mirror host",
 )
 # The proof: two cold builds of the PyTorch cell, one on each image store, must give one image (the same config
 # digest). The containerd store's build takes its base and OS packages from a repository on 127.0.0.1 that holds only
 # the locked .deb files (`invoke apt-repo`, served by Python's http.server for the one step), the classic store's from
 # the live archive: one image proves that neither the store nor the archive's state enters it.
-PYTORCH_IMAGE = "lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"  # what BUILDS[0] tags
+PYTORCH_IMAGE = "lab/pytorch-universal-dev:v1.0-cuda13.2-torch2.15.0-py3.13-runtime"  # what BUILDS[0] tags
 TENSORFLOW_IMAGE = "lab/tensorflow-universal-dev:v1.0-cuda11.8-tf2.14.1-py3.11-runtime"  # what BUILDS[1] tags
 # The push signs and attests both images with a key made for the run (cosign, no transparency log: Sigstore is out of
 # reach here, as behind a firewall); `invoke verify` must then pass on each, as a GPU node would check them.
