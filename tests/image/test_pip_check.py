@@ -84,5 +84,5 @@ def test_a_lock_whose_pins_conflict_fails_the_build_naming_the_conflict(base: st
     # The advice under the summary table (wrapped to the terminal): what failed, in pip's words, and what to run.
     advice = " ".join(out[out.rindex("pip check: pandas needs pytz>=2020.1") :].split())
     assert f"do not fit together (`pip check`), so nothing was tagged: {CONFLICT}" in advice
-    assert "re-lock it, which resolves the framework and the package set together: `invoke lock --cuda 12.1 " in advice
+    assert "re-lock it, which resolves the framework and the package set together: `invoke lock --cuda 13.2 " in advice
     assert RUNNER.image_id(CI_REF) == before, "a failed build must leave the tag where it was"
