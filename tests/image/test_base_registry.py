@@ -5,7 +5,7 @@ digest it came from. A registry that is not there, or refuses a client without c
 anything is built, and no tag moves.
 
 Needs the engine with buildx, skopeo and docker-registry (`bash scripts/engine.sh --fixtures`), the base
-`dlimages/base:debian12` and the CI cell's image (CI builds both first). The base is taken out of the engine for a
+`dlimages/base:debian13` and the CI cell's image (CI builds both first). The base is taken out of the engine for a
 build and loaded back (same ID) afterwards; the cell's tags are put back on the image they named. DLIMAGES_NO_DOCKER=1
 skips.
 """
@@ -34,9 +34,9 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY_SH = REPO / ".ci" / "registry.sh"
-BASE = "dlimages/base:debian12"
-CELL_FLAGS = ("--cuda", "12.1", "--torch", "2.1", "--python", "3.11", "--flavor", "runtime")
-CELL_SLUG = "cuda12.1-torch2.1.2-py3.11-runtime"
+BASE = "dlimages/base:debian13"
+CELL_FLAGS = ("--cuda", "13.2", "--torch", "2.15", "--python", "3.13", "--flavor", "runtime")
+CELL_SLUG = "cuda13.2-torch2.15.0-py3.13-runtime"
 USER, PASSWORD = "alice", "not-a-secret-0"
 _COPIED = re.compile(r"^copied (?P<source>\S+) -> (?P<destination>\S+)@(?P<digest>sha256:[0-9a-f]{64}) ", re.M)
 
@@ -268,5 +268,5 @@ def test_an_unreachable_base_registry_gets_the_advice_and_moves_no_tag(clone: Pa
     assert f"The base image {BASE} cannot be pulled from the registry at {address}" in said
     assert f"as {address}/mirror/{BASE}: connection refused" in said
     assert f"`invoke bases.mirror --to {address}/mirror`" in said
-    assert "`invoke build --cuda 12.1 --torch 2.1.2 --python 3.11 --flavor runtime` without --base-registry" in said
+    assert "`invoke build --cuda 13.2 --torch 2.15.0 --python 3.13 --flavor runtime` without --base-registry" in said
     assert RUNNER.image_id(cell_refs[0]) == before
