@@ -58,12 +58,16 @@ def installs_with_uv(cell: Cell, locked: bool) -> bool:
 
 def uv_install(source_builds: Sequence[str] = ()) -> str:
     """uv's command for a lock in a build (uv bound in at /mnt/uv): the same files by hash as `install_flags`, into
-    the venv, bytecode compiled as pip does, copied from uv's cache (a cache mount under /mnt,
-    another file system, never in a layer)."""
+    the venv, copied from uv's cache (a cache mount under /mnt, another file system, never in a layer). No bytecode:
+    uv's is not the same from build to build; `COMPILE` makes it after."""
     return (
         "/mnt/uv pip install --python /opt/venv/bin/python --no-config --cache-dir /mnt/uv-cache "
-        f"--link-mode copy --compile-bytecode {install_flags(source_builds)}"
+        f"--link-mode copy {install_flags(source_builds)}"
     )
+
+
+# After a uv install: the new modules' bytecode, in one process and one order (templates/assets/dl-compile).
+COMPILE = "env PYTHONHASHSEED=0 /opt/venv/bin/python /mnt/dl-compile"
 
 
 _DIGEST_LINE = re.compile(r"^# Input: (sha256:[0-9a-f]{64})$", re.MULTILINE)

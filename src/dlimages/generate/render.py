@@ -25,7 +25,7 @@ from dlimages.core.errors import InputError, Problem, allowed_list
 from dlimages.core.files import stage, turn
 from dlimages.generate.aptlock import APT_LOCK, BASE_APT_LOCK
 from dlimages.generate.dockerfile_rules import dockerfile_problems
-from dlimages.generate.lock import LOCK_FILES, install_flags, installs_with_uv, lock_state, uv_install
+from dlimages.generate.lock import COMPILE, LOCK_FILES, install_flags, installs_with_uv, lock_state, uv_install
 from dlimages.generate.matrixdocs import DOCS, Block, blocks, splice
 from dlimages.generate.templating import TEMPLATES_DIR, environment
 from dlimages.model.cells import Cell, Expansion
@@ -113,6 +113,7 @@ def render_cell(
         install_flags=install_flags(cell.install.source_builds),
         uv=installs_with_uv(cell, locked),
         uv_install=uv_install(cell.install.source_builds),
+        uv_compile=COMPILE,
         build_flags=flags_for(cell),
         partials=matrix.partials,
         apt_packages=sorted(matrix.packages.apt),

@@ -314,8 +314,8 @@ def test_a_locked_cell_installs_from_its_lock_with_hashes_and_says_so(
 def test_a_locked_pypi_cell_installs_its_framework_and_package_set_with_uv(
     repo_copy: Path, matrix: Matrix, pypi_cell: Cell
 ) -> None:
-    """uv from the build context `uv`, the same hash-checked flags as pip, bytecode compiled, the CA and the mirror's
-    index pip would use; pip itself (pip.lock) still installs first, and `pip check` still runs last."""
+    """uv from the build context `uv`, the same hash-checked flags as pip, bytecode compiled after it, the CA and the
+    mirror's index pip would use; pip itself (pip.lock) still installs first, and `pip check` still runs last."""
     locked = render_cell(environment(repo_copy), matrix, pypi_cell, locked=True)
     steps = {name: next(step for step in locked.split("\nRUN ") if f"/mnt/{name}" in step) for name in lock.LOCK_FILES}
     uv = "setpriv --reuid=1000 --regid=1000 --clear-groups /mnt/uv pip install --python /opt/venv/bin/python"
@@ -323,7 +323,14 @@ def test_a_locked_pypi_cell_installs_its_framework_and_package_set_with_uv(
         step = steps[name]
         assert "--mount=type=bind,from=uv,source=uv,target=/mnt/uv" in step
         assert "--mount=type=cache,target=/mnt/uv-cache,uid=1000,gid=1000" in step and ".cache/pip" not in step
-        assert f"{uv} --no-config --cache-dir /mnt/uv-cache --link-mode copy --compile-bytecode " in step
+        assert f"{uv} --no-config --cache-dir /mnt/uv-cache --link-mode copy --no-deps " in step
+        # The bytecode: not uv's, whose bytes change from build to build; dl-compile's, one process, one order.
+        assert (
+            "--compile-bytecode" not in step
+            and "--mount=type=bind,source=assets/dl-compile,target=/mnt/dl-compile" in step
+        )
+        compile_ = "setpriv --reuid=1000 --regid=1000 --clear-groups env PYTHONHASHSEED=0 /opt/venv/bin/python"
+        assert f"\n && rm -f /opt/venv/.lock \\\n && {compile_} /mnt/dl-compile \\\n" in step
         assert f"--no-deps --require-hashes --only-binary=:all: -r /mnt/{name}" in step
         assert "SSL_CERT_FILE=/mnt/secrets/pip_ca" in step
         assert 'export UV_DEFAULT_INDEX="${PIP_INDEX_URL}"' in step
