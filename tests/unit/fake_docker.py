@@ -109,7 +109,7 @@ class FakeDocker:
                 if not any(name.startswith(f"{repo}:") for name in self.tags):
                     self.tags = {name: i for name, i in self.tags.items() if not name.startswith(f"{repo}@")}
                 return 0, f"Untagged: {ref}\n", ""
-            case ["run", "--rm", "--entrypoint", entrypoint, *_]:
+            case ["run", "--rm", "--pull", "never", "--entrypoint", entrypoint, *_]:  # a local image only
                 return self.run_replies[entrypoint]
         raise AssertionError(f"unexpected docker call: {args}")
 

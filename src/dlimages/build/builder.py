@@ -28,9 +28,12 @@ from dlimages.model.tables import format_table
 log = logging.getLogger(__name__)
 
 TABLE_WIDTH = 100  # the summary table, and the errors and advice under it, fit a terminal this wide
-# The command to run a built image: JupyterLab on port 8888, and the current folder as /workspace (the image's
-# working folder), so that work outlives the container.
-RUN_ARGV = ("docker", "run", "--rm", "--gpus", "all", "-p", "8888:8888", "-e", "JUPYTER_TOKEN=change-me")
+# The command to run a built image (docs/running.md): never a pull (a name that is not local would come from Docker
+# Hub, where anyone may own the namespace), as the host user (files in the folder are theirs; any uid works),
+# JupyterLab on this machine only, with the token it generates and prints, and a folder of the user's (not the
+# checkout, where notebooks would mark the next build -dirty) made first, so that Docker does not make it root's.
+WORKSPACE = '"$HOME/workspace"'
+RUN_OPTIONS = f'--rm --pull never{{gpus}} --user "$(id -u):$(id -g)" -p 127.0.0.1:8888:8888 -v {WORKSPACE}:/workspace'
 
 
 @dataclass(frozen=True)
@@ -288,16 +291,24 @@ def all_built(results: Sequence[BuildResult], planned: Sequence[Cell]) -> bool:
     return all(result.ok for result in results) and not unbuilt(results, planned)
 
 
-def next_commands(results: Sequence[BuildResult]) -> str:
-    """The exact command to run each image that was built (its immutable tag: what was just built, not whatever a
-    moving tag names), to copy and paste; empty when nothing was built."""
+def next_commands(results: Sequence[BuildResult], *, gpus: bool = True) -> str:
+    """The exact commands to run each image that was built (its immutable tag: what was just built, not whatever a
+    moving tag names), to copy and paste; empty when nothing was built. Without `gpus` (an engine that cannot hand
+    GPUs to containers) the line runs there without them, and says what to add on a GPU node."""
     refs = [result.cell.refs[0] for result in results if result.ok]
     if not refs:
         return ""
-    lines = [f'  {shlex.join(RUN_ARGV)} -v "$PWD":/workspace {shlex.quote(ref)}' for ref in refs]
+    options = RUN_OPTIONS.format(gpus=" --gpus all" if gpus else "")
+    where = "" if gpus else " This engine cannot hand GPUs to containers: on a GPU node, add --gpus all."
     return "\n".join(
-        ["Next: run it (JupyterLab on http://127.0.0.1:8888, token change-me; this folder is /workspace):", *lines]
+        [
+            "Next: run it (JupyterLab on this machine only: open the http://127.0.0.1:8888/lab?token=... line it "
+            f"prints; $HOME/workspace is /workspace, and what you write there stays yours).{where}",
+            f"  mkdir -p {WORKSPACE}",
+            *(f"  docker run {options} {shlex.quote(ref)}" for ref in refs),
+        ]
     )
+
 
 
 def summary_table(results: Sequence[BuildResult], planned: Sequence[Cell] = (), width: int = TABLE_WIDTH) -> str:

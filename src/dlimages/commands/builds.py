@@ -33,6 +33,7 @@ from dlimages.core.errors import InputError
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
 from dlimages.generate.project import Project
+from dlimages.gpu.probe import probe_container_runtime
 from dlimages.model.cells import Cell
 from dlimages.model.selection import select
 from dlimages.repro import proof
@@ -87,7 +88,9 @@ def build(
         ) from None
     say("\n" + summary_table(results, chosen))
     Ledger(project.root).record(results)
-    after = "\n" + next_commands(results) if next_commands(results) else None
+    after = None
+    if any(result.ok for result in results):  # the line to run what was built, with GPUs where this engine has them
+        after = "\n" + next_commands(results, gpus=probe_container_runtime(RUNNER) is not False)
     if not all_built(results, chosen):
         raise Failed(output=after)
     return after

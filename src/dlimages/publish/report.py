@@ -100,7 +100,20 @@ def image_manifest(image_ref: str, runner: Runner = DEFAULT, *, python: str | No
         "pip": None,
     }
     if python is not None:
-        argv = ["docker", "run", "--rm", "--entrypoint", python, image_ref, "-m", "pip", "list", "--format=json"]
+        argv = [
+            "docker",
+            "run",
+            "--rm",
+            "--pull",
+            "never",
+            "--entrypoint",
+            python,
+            image_ref,
+            "-m",
+            "pip",
+            "list",
+            "--format=json",
+        ]
         listed = runner(argv, timeout=MANIFEST_TIMEOUT_S)
         if listed.code == NO_ENTRYPOINT and "no such file" in listed.err:
             return _dpkg(manifest, runner, image_ref)  # an image without the venv (a base): "pip": None
@@ -124,7 +137,19 @@ def _layers(runner: Runner, info: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _dpkg(manifest: dict[str, Any], runner: Runner, image_ref: str) -> dict[str, Any]:
     # The status column keeps out packages that are only remembered (removed, config files left).
     status_format = "${db:Status-Abbrev}\t${Package}=${Version}\n"
-    argv = ["docker", "run", "--rm", "--entrypoint", "dpkg-query", image_ref, "-W", "-f", status_format]
+    argv = [
+        "docker",
+        "run",
+        "--rm",
+        "--pull",
+        "never",
+        "--entrypoint",
+        "dpkg-query",
+        image_ref,
+        "-W",
+        "-f",
+        status_format,
+    ]
     dpkg = _checked(runner, argv, image_ref, "dpkg-query")
     installed = [line.split("\t", 1)[1] for line in dpkg.splitlines() if line.startswith("ii")]
     manifest["dpkg"] = dict(sorted(entry.split("=", 1) for entry in installed))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import shlex
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -242,10 +243,26 @@ def test_the_summary_table_fits_100_columns_with_real_errors(
     assert text.count("/opt/venv/bin/python -m pip install") <= 1
 
 
-def test_after_a_build_the_next_command_runs_the_very_image_built_with_the_folder_mounted(plan: BuildPlan) -> None:
+def test_after_a_build_the_next_command_runs_the_very_image_built_safely(plan: BuildPlan) -> None:
     assert next_commands([BuildResult(plan.cell, False, 3.0, error="x")]) == ""
     text = next_commands([BuildResult(plan.cell, True, 3.0)])
-    [command] = [line.strip() for line in text.splitlines()[1:]]
+    [folder, command] = [line.strip() for line in text.splitlines()[1:]]
+    # The folder is made first (else the daemon makes it, owned by root) and is not the checkout ($PWD).
+    assert folder == 'mkdir -p "$HOME/workspace"' and "$PWD" not in text
     # The immutable tag (what was just built, never a moving tag another build may own) and the user's folder.
-    assert command.endswith(f' -v "$PWD":/workspace {plan.cell.refs[0]}') and ":v" in plan.cell.refs[0]
-    assert command.startswith("docker run --rm --gpus all -p 8888:8888 -e JUPYTER_TOKEN=change-me ")
+    assert command.endswith(f' -v "$HOME/workspace":/workspace {plan.cell.refs[0]}') and ":v" in plan.cell.refs[0]
+    argv = shlex.split(command)
+    # Never a pull (`lab/...` on Docker Hub is anyone's), as the host user, JupyterLab on this machine only, and the
+    # token Jupyter generates (no fixed one).
+    assert argv[:3] == ["docker", "run", "--rm"] and "--pull" in argv and argv[argv.index("--pull") + 1] == "never"
+    assert argv[argv.index("--user") + 1] == "$(id -u):$(id -g)"
+    assert argv[argv.index("-p") + 1] == "127.0.0.1:8888:8888"
+    assert "JUPYTER_TOKEN" not in command and "change-me" not in text
+    assert argv[argv.index("--gpus") + 1] == "all"
+
+
+def test_on_an_engine_without_gpus_the_next_command_runs_there_and_says_what_to_add(plan: BuildPlan) -> None:
+    with_gpus = next_commands([BuildResult(plan.cell, True, 3.0)])
+    text = next_commands([BuildResult(plan.cell, True, 3.0)], gpus=False)
+    assert "--gpus" not in text.splitlines()[-1] and "on a GPU node, add --gpus all" in text.splitlines()[0]
+    assert text.splitlines()[-1] == with_gpus.splitlines()[-1].replace(" --gpus all", "")

@@ -40,6 +40,8 @@ def test_image_manifest() -> None:
         "docker",
         "run",
         "--rm",
+        "--pull",
+        "never",  # the image pushed is local: a name missing here is never pulled from elsewhere
         "--entrypoint",
         "/opt/venv/bin/python",
         REF,

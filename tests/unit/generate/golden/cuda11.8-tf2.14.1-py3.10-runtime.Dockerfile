@@ -147,13 +147,15 @@ RUN --mount=type=tmpfs,target=/mnt \
  && setpriv --reuid=1000 --regid=1000 --clear-groups pip check \
  && /mnt/dl-normalize 5
 # JupyterLab answers on 8888; the token comes from JUPYTER_TOKEN, else Jupyter makes a random one and logs it.
-# Its configuration (assets/jupyter_server_config.py) is installed with the shell's files, in one step.
+# Its configuration (assets/jupyter_server_config.py) is installed with the shell's files, in one step, and so is
+# assets/page_config.json: the news and announcements pop-up off, as in jupyter/docker-stacks.
 EXPOSE 8888
 # Shell comfort, JupyterLab's configuration and the image's own commands: dl-smoke (GPU smoke test).
 # One step for all these small files: each step costs about a second (a container start, dl-normalize's walk).
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/dl-normalize,target=/mnt/dl-normalize \
     --mount=type=bind,source=assets/jupyter_server_config.py,target=/mnt/jupyter_server_config.py \
+    --mount=type=bind,source=assets/page_config.json,target=/mnt/page_config.json \
     --mount=type=bind,source=assets/zshrc,target=/mnt/zshrc \
     --mount=type=bind,source=assets/dl_stack.py,target=/mnt/dl_stack.py \
     --mount=type=bind,source=assets/dl_command.py,target=/mnt/dl_command.py \
@@ -167,6 +169,7 @@ RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=tmpfs,target=/tmp \
     umask 0022 \
  && install -D -m 0644 /mnt/jupyter_server_config.py /etc/jupyter/jupyter_server_config.py \
+ && install -D -m 0644 /mnt/page_config.json /etc/jupyter/labconfig/page_config.json \
  && install -m 0644 -o dev -g dev /mnt/zshrc /home/dev/.zshrc \
  && install -m 0755 /mnt/dl-entrypoint /mnt/dl-smoke /usr/local/bin/ \
  && install -m 0644 /mnt/dl_stack.py /mnt/dl_command.py /mnt/dl_smoke_errors.py /mnt/dl_smoke_pytorch.py /mnt/dl_smoke_rules.py /mnt/dl_smoke_tensorflow.py /mnt/dl_smoke_training.py /usr/local/bin/ \
