@@ -81,14 +81,7 @@ def command(
     return decorate
 
 
-@command(
-    help={
-        "json": f"print a JSON array, one object per cell (with `flags`, the `{usage.BUILD}` flags that select it)",
-        "explain": "show every excluded combination and why",
-        "since": "only the cells whose inputs (images/ folder, assets, base digests) changed since this commit; "
-        "empty, or a commit this clone lacks: every cell (stderr says which)",
-    },
-)
+@command(help=commands.generate.MATRIX_HELP)
 def matrix(c: Context, **flags: Any) -> None:
     """Show the valid cells of matrix.yaml (or, with --explain, what was excluded and why)."""
     commands.echo(commands.matrix(Project(ROOT), **flags))
@@ -111,6 +104,7 @@ def render(c: Context, **flags: Any) -> None:
         "cache_from": "with --jobs: import layers from this cache, e.g. type=registry,ref=HOST/NAME:cache",
         "cache_to": "with --jobs: export layers to this cache (type=registry,...: not on the docker driver, which "
         "exports only type=inline; use a docker-container, remote or kubernetes builder)",
+        **commands.builds.BUILD_GUARD_HELP,
     },
 )
 def build(c: Context, **flags: Any) -> None:

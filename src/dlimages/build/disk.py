@@ -9,18 +9,27 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
+from dlimages.core.imagestore import CLASSIC, CONTAINERD
 from dlimages.core.runner import Runner
+from dlimages.model.cells import Cell
 
 GB = 10**9
 # Measured on the Docker data root (free space sampled every second) for a cold build of the PyTorch CI cell
 # (torch 2.1.2, Python 3.11, 5.9 GB image) after `docker builder prune --all`: 8.0 GB at the peak, 5.5 GB kept
-# (the image and its cache). Cells on nvidia/cuda bases add their base (about 3 GB runtime, 8 GB devel).
+# (the image and its cache). Cells on nvidia/cuda bases add their base (about 3 GB runtime, 8 GB devel), once.
 COLD_BUILD_PEAK = 8 * GB
+NO_SPACE_CHECK = "--no-space-check"  # `invoke build`'s flag that builds a selection the estimate says will not fit
+CUDA_BASE_PEAK = {"runtime": 3 * GB, "devel": 8 * GB}
+# The containerd image store writes each image twice more (its content store, then the unpacked snapshots): the
+# same cold build left 22.4 GB on its data root, 11.1 GB on the classic store's (docs/notes/measurements.md,
+# "The containerd store's export, side by side").
+CONTAINERD_FACTOR = 2
 # The engine's own ways to give space back, cheapest loss first; `invoke disk` prints them, it never runs them.
 PRUNE_COMMANDS = (
     ("docker image prune", "untagged images (what rebuilds leave)"),
@@ -94,8 +103,55 @@ def system_df(runner: Runner) -> str:
     return done.out if done.ok else f"(`docker system df` failed: {done.err.strip() or 'no answer'})"
 
 
-def build_need(builds: int) -> int:
-    return builds * COLD_BUILD_PEAK
+def peak_need(cells: Sequence[Cell], store: str = CLASSIC) -> int:
+    """Bytes a cold build of `cells` may take on the data root at its peak, all kept until the last is built: each
+    cell's COLD_BUILD_PEAK, each nvidia/cuda base once (CUDA_BASE_PEAK by flavor), twice that on the containerd
+    store. Layers already in the build cache need less: an estimate from above."""
+    bases = {cell.base_image: CUDA_BASE_PEAK.get(cell.flavor, 0) for cell in cells if cell.cuda_source == "base"}
+    need = len(cells) * COLD_BUILD_PEAK + sum(bases.values())
+    return need * (CONTAINERD_FACTOR if store == CONTAINERD else 1)
+
+
+@dataclass(frozen=True)
+class Space:
+    """A selection's estimated peak (`peak_need`) against what the data root has free (`root`: None without an
+    engine; its `free` None where it cannot be known here)."""
+
+    cells: int
+    need: int
+    root: DataRoot | None
+    store: str = CLASSIC
+
+    @property
+    def count(self) -> str:
+        return f"{self.cells} cell{'s' if self.cells != 1 else ''}"
+
+    @property
+    def short(self) -> bool:
+        """Less free than needed: only where the free space is known (unknown is never "too little")."""
+        return self.root is not None and self.root.free is not None and self.root.free < self.need
+
+    def estimate(self) -> str:
+        """What the selection needs and what is free, in one line."""
+        each = f"{gb(COLD_BUILD_PEAK)} a cell, each nvidia/cuda base once more"
+        each += ", doubled on the containerd store" if self.store == CONTAINERD else ""
+        said = f"{self.count} {'needs' if self.cells == 1 else 'need'} about {gb(self.need)} at the peak of cold "
+        said += f"builds ({each}); "
+        if self.root is None:
+            return said + "no engine answers: the free space is not known"
+        if self.root.free is None:
+            return said + f"the free space is not known ({self.root.why_unknown})"
+        return said + f"{gb(self.root.free)} free on the Docker data root {self.root.path}"
+
+    def shortfall(self) -> str:
+        """Why the selection does not fit, with the ways out."""
+        free = gb(self.root.free) if self.root is not None and self.root.free is not None else "less"
+        where = f" on the Docker data root {self.root.path}" if self.root is not None else ""
+        return (
+            f"needs about {gb(self.need)} at the peak of cold builds, {free} free{where}: select fewer cells "
+            f"(`{usage.MATRIX}` lists them), give space back (`{usage.DISK}` shows how), or build anyway with "
+            f"{NO_SPACE_CHECK} (layers already in the build cache need less)"
+        )
 
 
 def shortfall(root: DataRoot, need: int) -> str | None:

@@ -8,11 +8,12 @@ import os
 import shlex
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from uv import find_uv_bin
 
-from dlimages.build import aptdebs, basesource
+from dlimages.build import aptdebs, basesource, disk
 from dlimages.build.advice import Remedies
 from dlimages.build.bake import (
     BAKE_FILE,
@@ -28,15 +29,23 @@ from dlimages.build.ledger import Ledger
 from dlimages.build.plan import UV_CONTEXT, BuildPlan, Secrets, local_bases, plan_run
 from dlimages.commands.bases import make_local_bases
 from dlimages.commands.flags import ANY_CELL, CellFlags
-from dlimages.commands.session import Failed, engine, say, warn_if_short_of_disk
-from dlimages.core.errors import InputError
+from dlimages.commands.session import Failed, engine, say
+from dlimages.core import usage
+from dlimages.core.errors import InputError, Problem
+from dlimages.core.imagestore import CLASSIC, image_store
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
 from dlimages.generate.project import Project
 from dlimages.gpu.probe import probe_container_runtime
 from dlimages.model.cells import Cell
-from dlimages.model.selection import select
+from dlimages.model.selection import flags_text, select
 from dlimages.repro import proof
+
+BUILD_GUARD_HELP = {  # tasks.py's help of the flags past `invoke build`'s two guards (no cell flag, too little space)
+    "all": "with no cell flag: build every release (each at its image's default Python and flavor) instead of refusing",
+    "no_space_check": "build even when the selection's estimated peak space (cold builds) is more than the Docker "
+    "data root has free; layers already in the build cache need less",
+}
 
 
 def build(
@@ -54,23 +63,34 @@ def build(
     cache_from: str | None = None,
     cache_to: str | None = None,
     apt_from: str | None = None,
+    all_: bool = False,
+    no_space_check: bool = False,
 ) -> str | None:
     """Build the selected cells and record them in the ledger: the summary is said as soon as they are built, the
-    commands to run next returned. `dry_run`: the exact docker commands and tags, touching nothing."""
+    commands to run next returned. `dry_run`: the exact docker commands and tags, touching nothing, under the disk
+    estimate. No cell flag is refused (exit 2) unless `all_`; a selection whose estimated peak exceeds the data
+    root's free space too, before anything is made, unless `no_space_check`."""
     chosen = select_cells(project, cells)
     secrets = Secrets.from_flags(ca_bundle, netrc)
     parallel = jobs_from_flags(jobs, cache_from, cache_to)
     plans = plan_cells(project, chosen, mirror, secrets, base_registry, resolve_bases=False, apt_from=apt_from)
+    whole_matrix_problems(cells, all_, chosen)  # after the flags' own checks, which name what they refuse first
     if dry_run:
-        return "\n\n".join(each.describe() for each in plans)
+        space = space_of(chosen)
+        warning = f"# warning: {space.shortfall()}; without --dry-run this build is refused\n" if space.short else ""
+        return f"# disk: {space.estimate()}\n{warning}\n" + "\n\n".join(each.describe() for each in plans)
     engine(project.root, no_engine_setup)  # installs skopeo too, which asks a base registry for digests
     refused = cache_export_problem(builder_driver(RUNNER), cache_to) if parallel > 1 else None
     if refused:
         raise Failed(refused, code=2)
+    space = space_of(chosen)
+    if space.short and not no_space_check:
+        selected = "--all" if all_ else flags_text(cells.selection())
+        raise InputError([Problem(f"{selected} ({space.count})", space.shortfall())])
+    say(f"disk: {space.estimate()}" + (f"\nwarning: {space.shortfall()}" if space.short else ""))
     plans = plan_cells(project, chosen, mirror, secrets, base_registry, apt_from=apt_from)  # with the bases' digests
     make_local_bases(project, local_bases(plans), apt_from)
     fetch_debs(project.root, plans)
-    warn_if_short_of_disk(len(plans))
     try:
         remedies = Remedies.from_matrix(project.matrix, project.expansion.cells)
         results = run_builds(
@@ -173,6 +193,32 @@ def repro(
     if not all(outcome.reproducible for outcome in outcomes):
         raise Failed(output=report)
     return report
+
+
+def whole_matrix_problems(cells: CellFlags, all_: bool, selected: Sequence[Cell]) -> None:
+    """InputError (exit 2) for a build with no cell flag and no --all, which would build every release (the
+    `selected` cells), and for --all with cell flags."""
+    count = len(selected)
+    given = [flag for flag, value in cells.given().items() if value is not None]
+    if all_ and given:
+        raise InputError([Problem("--all", f"given with {', '.join(given)}", "--all alone, or cell flags without it")])
+    if not (all_ or given):
+        said = (
+            f"none given: `{usage.BUILD}` alone would build {count} cells, every release at its image's default "
+            f"Python and flavor, about {disk.gb(disk.peak_need(selected))} at the peak of cold builds"
+        )
+        allowed = (
+            f"cell flags (--cuda, --torch or --tf, --python, --flavor: `{usage.MATRIX}` lists the cells, "
+            f"`{usage.MATRIX} --here` those this machine can build), or --all for those {count}"
+        )
+        raise InputError([Problem("cell flags", said, allowed)])
+
+
+def space_of(cells: Sequence[Cell]) -> disk.Space:
+    """The cells' estimated peak against the engine's data root (whose store doubles it or not)."""
+    root = disk.data_root(RUNNER)
+    store = image_store(RUNNER) if root is not None and root.free is not None else CLASSIC
+    return disk.Space(len(cells), disk.peak_need(cells, store), root, store)
 
 
 def check_against(against: str | None) -> None:

@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from dlimages.build.advice import reach
+from dlimages.build.basesource import BaseSource
 from dlimages.build.mirrors import NoDebianMirror, debian_mirrors
 from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, note
@@ -24,20 +26,64 @@ from dlimages.model.cells import Cell
 from dlimages.model.selection import flags_for, select
 from dlimages.model.tables import cells_table, exclusions_text
 
+MATRIX_HELP = {  # tasks.py's help of `invoke matrix`'s flags
+    "json": f"print a JSON array, one object per cell (with `flags`, the `{usage.BUILD}` flags of just that cell, "
+    "and `needs`, what its build needs from outside)",
+    "explain": "show every excluded combination and why",
+    "since": "only the cells whose inputs (images/ folder, assets, base digests) changed since this commit; "
+    "empty, or a commit this clone lacks: every cell (stderr says which)",
+    "here": "only the cells whose needs answer from this machine: Docker Hub's registry, PyTorch's index and PyPI "
+    "(pip's configured index) are asked at once, a few seconds at most; stderr says what answered",
+    "base_registry": "with --here: ask this registry, HOST[:PORT][/PATH], in place of Docker Hub (as `--base-registry` "
+    f"of `{usage.BUILD}`, filled by `{usage.BASES_MIRROR}`)",
+}
+NEEDS_LEGEND = (  # under `invoke matrix`'s table
+    f"needs: where a build takes its base (hub: Docker Hub; base: the offline Debian base `{usage.BASE}` makes here "
+    "from an apt mirror) and its Python packages (pytorch-index: PyTorch's wheel index, then PyPI; pypi: PyPI "
+    f"alone); `{usage.MATRIX} --here` lists the cells whose needs answer from this machine."
+)
 
-def matrix(project: Project, *, json_: bool = False, explain: bool = False, since: str | None = None) -> str:
-    """The valid cells (a table, or JSON with each cell's build flags), or every excluded combination and why;
-    `since`: only the cells whose inputs changed since that commit (stderr says which)."""
+
+def matrix(
+    project: Project,
+    *,
+    json_: bool = False,
+    explain: bool = False,
+    since: str | None = None,
+    here: bool = False,
+    base_registry: str | None = None,
+) -> str:
+    """The valid cells (a table, or JSON with each cell's build flags and needs), or every excluded combination and
+    why; `since`: only the cells whose inputs changed since that commit (stderr says which); `here`: only those
+    whose needs answer from this machine (stderr says what answered), `base_registry` asked for Docker Hub."""
+    problems: list[Problem] = []
+    if here and explain:
+        problems.append(Problem("--here", "lists valid cells, not exclusions", "--here, or --explain, not both"))
+    if base_registry is not None and not here:
+        said = "is the registry --here asks in place of Docker Hub, and --here is not given"
+        problems.append(Problem("--base-registry", said, "--here --base-registry HOST[:PORT][/PATH]"))
+    if problems:
+        raise InputError(problems)
+    if base_registry is not None:
+        BaseSource.from_flags(project.matrix, "none", base_registry)  # InputError for a value docker could not use
     expansion = project.expansion
     cells = expansion.cells
     if since is not None:
         changed = changed_since(project.root, cells, since, RUNNER)
         cells = changed.cells
         note(changed.note(len(expansion.cells)))
+    if here:
+        found = reach.here(cells, base_registry=base_registry)
+        cells = found.cells
+        for line in found.lines:
+            note(f"here: {line}")
     locks = {cell.slug: lock_files.lock_state(project.root, cell, project.matrix.packages.pip).status for cell in cells}
     if json_:
         extra = {cell.slug: {"flags": flags_for(cell), "bootstrap": cell.bootstrap_base} for cell in cells}
-        entries = [{"cell": c.slug, **c.as_json(), **extra[c.slug], "lock": locks[c.slug]} for c in cells]
+        entries = [
+            {"cell": c.slug, **c.as_json(), **extra[c.slug], "lock": locks[c.slug], "needs": list(c.needs)}
+            for c in cells
+        ]
         return json.dumps(entries, indent=2)
     if explain:
         counts = f"{len(expansion.cells)} valid cells, {len(expansion.excluded)} combinations excluded."
@@ -46,7 +92,7 @@ def matrix(project: Project, *, json_: bool = False, explain: bool = False, sinc
     return (
         f"{cells_table(cells, locks)}\n\n{len(cells)} valid cells ({unlocked} not locked: pip resolves them at build "
         f"time, so their builds are not reproducible); `{usage.MATRIX_EXPLAIN}` shows the {len(expansion.excluded)} "
-        "excluded."
+        f"excluded.\n{NEEDS_LEGEND}"
     )
 
 

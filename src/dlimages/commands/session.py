@@ -7,7 +7,6 @@ import os
 import sys
 from pathlib import Path
 
-from dlimages.build import disk as data_disk
 from dlimages.build.engine import EngineRefused, EngineUnavailable, ensure_engine, setup_allowed
 from dlimages.core.engines import Need
 from dlimages.core.runner import DEFAULT as RUNNER
@@ -67,14 +66,3 @@ def engine(root: Path, no_engine_setup: bool, *, need: Need = Need.BUILDKIT) -> 
 def _note_once(line: str) -> None:
     """A task may ask for the engine twice (a build that makes its base first): its note is said the first time."""
     note(f"note: {line}")
-
-
-def warn_if_short_of_disk(builds: int) -> None:
-    """Say so before a long build that the data root may fill up (cached layers need less, so only a warning)."""
-    root = data_disk.data_root(RUNNER)
-    warning = data_disk.shortfall(root, data_disk.build_need(builds)) if root else None
-    if warning:
-        say(
-            f"warning: {warning} (a cold build of one cell peaks at about {data_disk.gb(data_disk.COLD_BUILD_PEAK)}, "
-            "layers already in the cache need less)"
-        )

@@ -16,6 +16,23 @@ from dlimages.core.errors import InputError
 from dlimages.model import tags as tag_rules
 from dlimages.model.compat import Candidate, DriverRule, Reason, driver_key, driver_rule, judge, os_for_python
 from dlimages.model.spec import Matrix, Variant, override_applies, version_key
+from dlimages.payload.dl_stack import FRAMEWORKS
+
+# What a cell's build needs from outside (`Cell.needs`, `invoke matrix`'s needs): where its base comes from, then
+# where its Python packages come from.
+HUB = "hub"  # the base is pulled from Docker Hub (ubuntu, nvidia/cuda)
+BASE = "base"  # the offline Debian base, made here by `invoke base` from an apt mirror: no registry
+PYPI = "pypi"  # PyPI (or the index pip is given in its place): every cell's package set
+INDEX_SUFFIX = "-index"  # "pytorch-index": the framework's own index or find-links page (CUDA builds PyPI lacks)
+_HUB_HOSTS = ("docker.io", "index.docker.io", "registry-1.docker.io")
+
+
+def need_words(need: str) -> str:
+    """A `Cell.needs` word for people: "Docker Hub", "PyTorch's index", ..."""
+    if need.endswith(INDEX_SUFFIX) and (framework := FRAMEWORKS.get(need.removesuffix(INDEX_SUFFIX))):
+        return f"{framework.title}'s index"
+    said = {HUB: "Docker Hub", BASE: f"the offline Debian base (`{usage.BASE}`)", PYPI: "PyPI"}
+    return said.get(need, f"the registry {need}")
 
 
 @dataclass(frozen=True)
@@ -98,6 +115,18 @@ class Cell:
             "be deleted from the registries at any time, so pin it by digest (images/bases.lock.json) or mirror it "
             f"(`{usage.BASES_MIRROR}`) while it can still be pulled"
         )
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """Where its build takes what it starts from and installs, in that order: its base (HUB, another registry by
+        its host, or BASE, made here), the framework's own index where the cell names one ("pytorch-index"), PyPI.
+        A lock resolved from that index names it as well, and only then: the index is part of the lock's input
+        digest, so a lock that disagrees is stale (`invoke lock --check`); an unlocked cell asks the same indexes."""
+        first, slash, _ = self.base_image.partition("/")
+        host = first if slash and ("." in first or ":" in first or first == "localhost") else None
+        base = BASE if self.bootstrap_base else HUB if host is None or host in _HUB_HOSTS else host
+        own_index = self.install.index_url or self.install.find_links
+        return (base, *([f"{self.framework}{INDEX_SUFFIX}"] if own_index else []), PYPI)
 
     @property
     def candidate(self) -> Candidate:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from dlimages.core.errors import InputError, Problem, allowed_list
@@ -175,6 +175,40 @@ def nearest_cells(
         if len(result) == limit:
             break
     return result
+
+
+def nearest_without(
+    cells: Sequence[Cell], need: str, like: Cell | None = None, *, only: Callable[[Cell], bool] | None = None
+) -> Cell | None:
+    """The cell to propose after a build of `like` failed on `need` (a `Cell.needs` word: the source that failed):
+    one of its framework whose build does not need that source (and that `only` keeps); of its release where there
+    is one, else of the nearest release (the newer of two as near); then the nearest CUDA, then Python, then its
+    flavor. Without `like`: the newest of the first framework. None when no such cell exists."""
+    kept = [cell for cell in cells if only is None or only(cell)]
+    framework = like.framework if like is not None else next((cell.framework for cell in kept), None)
+    same = [cell for cell in cells if cell.framework == framework]
+    spare = [cell for cell in kept if cell.framework == framework and need not in cell.needs]
+    if like is None:
+        return max(spare, key=_newest, default=None)
+    releases = _ranks(cell.framework_version for cell in [*same, like])
+    cudas = _ranks(cell.cuda for cell in [*cells, like])
+    pythons = _ranks(cell.python for cell in [*cells, like])
+
+    def distance(cell: Cell) -> tuple[int, int, int, bool, int, int, int]:
+        release, cuda, python = releases[cell.framework_version], cudas[cell.cuda], pythons[cell.python]
+        near = (abs(release - releases[like.framework_version]), abs(cuda - cudas[like.cuda]))
+        return (*near, abs(python - pythons[like.python]), cell.flavor != like.flavor, -release, -cuda, -python)
+
+    return min(spare, key=distance, default=None)
+
+
+def _newest(cell: Cell) -> tuple[tuple[int, ...], ...]:
+    return version_key(cell.framework_version), version_key(cell.python), version_key(cell.cuda)
+
+
+def _ranks(versions: Iterable[str]) -> dict[str, int]:
+    """Each version's place among them, oldest first: the distance between two releases, CUDAs or Pythons."""
+    return {version: rank for rank, version in enumerate(sorted(set(versions), key=version_key))}
 
 
 def flags_for(cell: Cell) -> str:

@@ -16,8 +16,10 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def cells_table(cells: Sequence[Cell], locks: Mapping[str, str] | None = None) -> str:
-    """One row per cell; with `locks` (slug -> lock status, lock.py), a column saying which cells are locked."""
-    headers = ["framework", "version", "cuda", "cudnn", "python", "os", "flavor", "cuda from", "min driver", "tags"]
+    """One row per cell; with `locks` (slug -> lock status, lock.py), a column saying which cells are locked; what
+    each build needs from outside (`Cell.needs`: hub+pypi, base+pytorch-index+pypi, ...)."""
+    headers = ["framework", "version", "cuda", "cudnn", "python", "os", "flavor", "cuda from", "min driver"]
+    headers += ["needs", "tags"]
     if locks is not None:
         headers.insert(-1, "lock")
     rows = [
@@ -31,6 +33,7 @@ def cells_table(cells: Sequence[Cell], locks: Mapping[str, str] | None = None) -
             c.flavor,
             c.cuda_source,
             c.min_driver,
+            "+".join(c.needs),
             *([locks.get(c.slug, "unlocked")] if locks is not None else []),
             ", ".join(c.tags),
         ]

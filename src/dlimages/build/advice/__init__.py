@@ -2,7 +2,8 @@
 lines of its RUN steps) and names what failed, the host that failed, and what to run instead.
 
 Pure: output lines, the build that failed (`Attempt`) and what matrix.yaml offers (`Remedies`) in, a `Diagnosis`
-out. Nothing here asks Docker or the network, so the advice works when the engine itself is what is missing.
+out. Nothing here asks Docker or the network, so the advice works when the engine itself is what is missing; only
+`reach`, which `invoke matrix --here` runs, asks whether the sources a build needs answer, never during advice.
 
 One module per kind of cause: `machine` (the engine, the disk), `base` (the base image), `network` (pip and apt
 could not reach a host), `outright` (what pip or the build says in so many words); `reading` reads the output for

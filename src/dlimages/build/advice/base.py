@@ -11,9 +11,9 @@ from dlimages.build.advice.diagnosis import Attempt, Diagnosis, Remedies
 from dlimages.build.advice.reading import Step, Trouble, either, reason, shorten
 from dlimages.core import usage
 from dlimages.core.references import split_tag
-from dlimages.model.cells import Cell
-from dlimages.model.selection import flags_for
-from dlimages.model.spec import version_key
+from dlimages.model.cells import BASE, HUB, PYPI, Cell, need_words
+from dlimages.model.selection import flags_for, nearest_without
+from dlimages.payload.dl_stack import FRAMEWORKS
 
 MIRROR_BASES = usage.BASES_MIRROR  # the task that copies every base into a team's own registry, once
 
@@ -184,20 +184,33 @@ def _offline_way(route: Route, remedies: Remedies, cell: Cell | None) -> str:
         without = " without --base-registry" if route == "own" else ""
         return f"{said}: this cell is on it; run `{usage.BASE}`, then `{usage.BUILD} {flags_for(cell)}`{without}"
     offline = offline_cell(remedies.cells, cell)
-    if offline is None:
-        return f"a cell on {said} (`{usage.MATRIX}` lists them: Python 3.11)"
-    return f"a cell on {said}: `{usage.BUILD} {flags_for(offline)}`"
+    if offline is not None:
+        way = f"a cell on {said}: `{usage.BUILD} {flags_for(offline)}`"
+        if not (also := also_needs(offline, BASE)):
+            return way
+        plain = offline_cell(remedies.cells, cell, pypi_only=True)  # the nearest that needs nothing else
+        return way + also + (f"; from PyPI alone: `{usage.BUILD} {flags_for(plain)}`" if plain else "")
+    if remedies.cells:
+        framework = FRAMEWORKS[cell.framework].title if cell is not None else "this framework"
+        where = "an OS with `bootstrap: true`, CUDA from wheels"
+        return f"{said}: no {framework} cell of matrix.yaml builds on it (one on {where})"
+    return f"a cell on {said} (`{usage.MATRIX}` lists them: Python 3.11)"
 
 
-def offline_cell(cells: Sequence[Cell], like: Cell | None = None) -> Cell | None:
-    """A cell on the base made here (`invoke base`): the same framework and flavor as `like` where there is one
-    (else the first framework the matrix lists), then the newest release."""
-    framework = like.framework if like is not None else next((cell.framework for cell in cells), None)
-    offline = [cell for cell in cells if cell.bootstrap_base]
+def offline_cell(cells: Sequence[Cell], like: Cell | None = None, *, pypi_only: bool = False) -> Cell | None:
+    """A cell on the base made here (`invoke base`), which builds without the registry `like`'s base failed on: of
+    `like`'s framework and release where there is one, else the nearest release; then the nearest CUDA, Python
+    (model.selection.nearest_without). Without `like`: the newest of the first framework the matrix lists.
+    `pypi_only`: one whose Python packages all come from PyPI too (no framework index)."""
+    failed = like.needs[0] if like is not None else HUB
 
-    def closeness(cell: Cell) -> tuple[bool, bool, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        flavor = like is not None and cell.flavor == like.flavor
-        newest = version_key(cell.framework_version), version_key(cell.python), version_key(cell.cuda)
-        return (cell.framework == framework, flavor, *newest)
+    def offline(cell: Cell) -> bool:
+        return cell.bootstrap_base and (not pypi_only or set(cell.needs) <= {BASE, PYPI})
 
-    return max(offline, key=closeness, default=None)
+    return nearest_without(cells, failed, like, only=offline)
+
+
+def also_needs(cell: Cell, *spared: str) -> str:
+    """What else a proposed cell's build needs, past `spared` and PyPI: " (it needs PyTorch's index too)"."""
+    others = [need_words(need) for need in cell.needs if need not in (*spared, PYPI)]
+    return f" (it needs {' and '.join(others)} too)" if others else ""

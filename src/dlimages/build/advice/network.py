@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
+from dlimages.build.advice.base import also_needs
 from dlimages.build.advice.diagnosis import Attempt, Diagnosis, Remedies
 from dlimages.build.advice.reading import Step, Trouble, either, netloc, reason, shorten
 from dlimages.build.mirrors import HOST_PROFILE
 from dlimages.core import usage
-from dlimages.model.cells import Cell
-from dlimages.model.selection import flags_for
+from dlimages.model.cells import INDEX_SUFFIX
+from dlimages.model.selection import flags_for, nearest_without
 from dlimages.model.spec import version_key
 
 
@@ -202,25 +203,17 @@ def _torch_advice(event: _Event, said: str, trouble: Trouble, attempt: Attempt, 
     if trouble == "tls":
         lines.append("  - behind a TLS-intercepting proxy, give pip the proxy's CA: --ca-bundle /path/ca.pem")
     lines.append("  - " + _profiles_way("PyTorch's CUDA wheels", remedies.pytorch_wheels, attempt.profile))
-    wheel_cells = [c for c in remedies.cells if _on_pypi_wheels(c)]
-    instead = max(wheel_cells, key=lambda c: _wheel_closeness(c, cell), default=None)
+    index = f"pytorch{INDEX_SUFFIX}"
+    wheel_cells = [c for c in remedies.cells if c.framework == "pytorch" and index not in c.needs]
+    instead = nearest_without(remedies.cells, index, cell, only=lambda c: c.framework == "pytorch")
     if instead is not None:
         cudas = ", ".join(sorted({c.cuda for c in wheel_cells}, key=version_key))
         lines.append(
             f"  - cells on PyPI's wheels need no PyTorch index (the CUDA {cudas} PyTorch cells): "
-            f"`{usage.BUILD} {flags_for(instead)}`"
+            f"`{usage.BUILD} {flags_for(instead)}`{also_needs(instead, *(cell.needs if cell else ()))}"
         )
+    elif remedies.cells:
+        lines.append("  - (no PyTorch cell of matrix.yaml is on PyPI's wheels: each needs PyTorch's index)")
     else:
         lines.append(f"  - cells on PyPI's wheels need no PyTorch index (`{usage.MATRIX}` shows them)")
     return lines
-
-
-def _on_pypi_wheels(cell: Cell) -> bool:
-    install = cell.install
-    return cell.framework == "pytorch" and not (install.index_url or install.find_links or install.variant_tag)
-
-
-def _wheel_closeness(cell: Cell, like: Cell | None) -> tuple[bool, bool, tuple[int, ...], tuple[int, ...]]:
-    python = like is not None and cell.python == like.python
-    flavor = like is not None and cell.flavor == like.flavor
-    return python, flavor, version_key(cell.framework_version), version_key(cell.cuda)
