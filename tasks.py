@@ -18,6 +18,7 @@ from invoke.exceptions import Exit
 from dlimages import commands
 from dlimages.build.bake import BAKE_FILE, MAX_JOBS
 from dlimages.build.engine import NO_SETUP_HELP
+from dlimages.commands.flags import CELL_HELP, EVERY_CELL_HELP, REGISTRY, RUN_OPTIONS, FlagTask, refuse_core_options
 from dlimages.core import errors, usage
 from dlimages.generate.lock import RESOLVE_TIMEOUT_S
 from dlimages.generate.project import Project, find_root
@@ -28,39 +29,36 @@ from dlimages.publish.signing import PUSH_HELP, VERIFY_HELP
 ROOT = find_root(Path(__file__).parent)  # the repository this tasks.py belongs to, wherever invoke runs it
 logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # progress, in order with builds
 
-SELECT_HELP = {  # the cell-selection flags (CellFlags), for the tasks that build or describe one cell each
-    "cuda": "CUDA version, e.g. 11.8 (default: every CUDA version)",
-    "torch": "PyTorch version; partial picks the newest patch, e.g. 2.1 -> 2.1.2",
-    "tf": "TensorFlow version; partial picks the newest patch, e.g. 2.14 -> 2.14.1",
-    "python": "Python version, e.g. 3.10 (default: the image's default Python where the cell has it)",
-    "flavor": "runtime or devel (default: the image's default flavor)",
-}
-EVERY_HELP = {  # the same flags where a flag left out means every value (lock, bases)
-    **SELECT_HELP,
-    "python": "Python version, e.g. 3.10 (default: every Python)",
-    "flavor": "runtime or devel (default: both)",
-}
 SHARED_HELP = {"no_engine_setup": NO_SETUP_HELP, "apt_from": usage.APT_FROM_HELP, **VERIFY_HELP}  # where a task has it
 BUILD_HELP = {
     "mirror": "mirror profile: none, daocloud, tuna, aliyun, ustc (matrix.yaml) or host (this machine's apt mirror)",
-    "base_registry": f"take every base image from this registry, HOST[:PORT][/PATH] (see `{usage.BASES_MIRROR}`)",
+    "base_registry": f"take every base image from this registry (see `{usage.BASES_MIRROR}`)",
     "ca_bundle": "extra CA bundle for pip inside the build (a BuildKit secret); default: this host's bundle",
 }
 
 
 def command(
-    *, help: Mapping[str, str] | None = None, cells: Mapping[str, str] = SELECT_HELP, **options: Any
+    *,
+    help: Mapping[str, str] | None = None,
+    cells: Mapping[str, str] = CELL_HELP,
+    values: Mapping[str, str] | None = None,
+    honours: frozenset[str] = frozenset(),
+    **options: Any,
 ) -> Callable[[Callable[..., None]], Task]:
     """@task for a body that calls the dlimages.commands function of its name, whose keyword-only parameters are
     the task's flags (their types and defaults declared there, once; `cells` stands for the five cell flags, handed
-    over as one CellFlags). An input problem exits 2 with one line each, Failed with its code: never a traceback."""
+    over as one CellFlags; `values`: what help calls a flag's value, where flags.PLACEHOLDERS says otherwise). An
+    input problem exits 2 with one line each, Failed with its code: never a traceback; so does one of Invoke's core
+    options (-R, -e, -w, ...) that the body would ignore: all but those it `honours` through `c.run`."""
 
     def decorate(body: Callable[..., None]) -> Task:
         function = getattr(commands, body.__name__)
+        line = usage.invoke(body.__name__.replace("bases_", "bases.").replace("_", "-"))  # as typed
 
         @functools.wraps(body)
         def run(c: Context, **given: Any) -> None:
             try:
+                refuse_core_options(c.config, line, {param.name for param in flags}, honours)
                 body(c, **commands.CellFlags.take(given))
             except errors.InputError as error:
                 raise Exit(error.report(), code=2) from None
@@ -70,13 +68,14 @@ def command(
             except BrokenPipeError:  # `invoke matrix | head`: the reader has what it wanted
                 raise Exit(code=commands.reader_gone()) from None
             except KeyboardInterrupt:  # Invoke would exit 1 and say nothing
-                raise Exit(f"interrupted: `invoke {run.__name__}` stopped before its end", code=130) from None
+                raise Exit(f"interrupted: `{line}` stopped before its end", code=130) from None
 
         flags = commands.flag_parameters(function)
         run.__signature__ = inspect.Signature([inspect.Parameter("c", inspect.Parameter.POSITIONAL_ONLY), *flags])
         shared = {name: text for name, text in {**cells, **SHARED_HELP}.items() if name in {f.name for f in flags}}
         settings = {"auto_shortflags": False, "positional": [], **options}  # -h and --help: help in every task
-        return task(help={**shared, **(help or {})}, iterable=commands.repeatable(function), **settings)(run)
+        settings.update(klass=FlagTask, placeholders=values or {}, iterable=commands.repeatable(function))
+        return task(help={**shared, **(help or {})}, **settings)(run)
 
     return decorate
 
@@ -141,7 +140,7 @@ def repro(c: Context, **flags: Any) -> None:
 
 
 @command(
-    cells=EVERY_HELP,
+    cells=EVERY_CELL_HELP,
     help={
         "check": "resolve nothing; fail if a lock is stale or broken, or a PyPI-only cell has none",
         "upgrade_package": "let this package move to its newest allowed version (repeatable); others keep their pins",
@@ -161,14 +160,14 @@ def base(c: Context, **flags: Any) -> None:
     commands.base(Project(ROOT), **flags)
 
 
-@command(help={"to": "the folder to copy into (made if missing)"})
+@command(help={"to": "the folder to copy into (made if missing)"}, values={"to": "FOLDER"})
 def apt_repo(c: Context, **flags: Any) -> None:
     """Copy every locked OS package (.deb, checked) into a folder: a repository for --apt-from, offline too."""
     commands.echo(commands.apt_repo(Project(ROOT), **flags))
 
 
 @command(
-    cells=EVERY_HELP,
+    cells=EVERY_CELL_HELP,
     help={"lock": "ask each registry for the digest every base tag names now and record it in images/bases.lock.json"},
 )
 def bases_list(c: Context, **flags: Any) -> None:
@@ -177,9 +176,10 @@ def bases_list(c: Context, **flags: Any) -> None:
 
 
 @command(
-    cells=EVERY_HELP,
+    cells=EVERY_CELL_HELP,
+    values={"to": REGISTRY},
     help={
-        "to": "the registry to copy into, HOST[:PORT][/PATH]; builds then take bases from it with --base-registry",
+        "to": "the registry to copy into; builds then take bases from it with --base-registry",
         "image": "also copy this image (repeatable): a local one from this engine, else from its registry",
         "dry_run": "print the skopeo commands; copy nothing",
     },
@@ -191,6 +191,7 @@ def bases_mirror(c: Context, **flags: Any) -> None:
 
 @command(
     help={"image": f"image to test (repeatable); default: the images the last `{usage.BUILD}` made"},
+    honours=RUN_OPTIONS,  # not -R/--dry: it starts the engine before pytest
 )
 def test(c: Context, **flags: Any) -> None:
     """Run the image tests (pytest + testinfra) against built images."""
@@ -199,7 +200,7 @@ def test(c: Context, **flags: Any) -> None:
 
 @command(
     help={
-        "registry": "registry to push to, HOST[:PORT][/PATH] (repeatable)",
+        "registry": "registry to push to (repeatable)",
         "image": "local image ref to push (repeatable); default: every tag of the cells the last builds made",
         "report": "where to write the JSON build report (cell, tags, digest, sizes per layer as stored, packages)",
         "retries": f"retries for transient failures, 0 to {MAX_RETRIES} (backoff doubles from 2 s)",
@@ -263,16 +264,18 @@ def disk(c: Context, **flags: Any) -> None:
     commands.echo(commands.disk(ROOT, **flags))
 
 
-@command()
+@command(honours=RUN_OPTIONS | {"dry"})  # -R/--dry: the checks' commands printed, none run
 def check(c: Context) -> None:
     """The gating checks: every linter (pre-commit), the render check, the unit and GPU tests."""
     commands.check(ROOT, c)
 
 
-@command()
+@command(honours=RUN_OPTIONS)
 def ci(c: Context) -> None:
-    """End to end (README's test command, run by CI): an engine of its own, checks, real builds, push, the user's
-    commands as an unprivileged user, image and GPU tests; the engine and its data root are deleted at the end."""
+    """End to end, as CI runs it (README's test command): checks, real builds and pushes on an engine of its own.
+
+    Then the user's commands as an unprivileged user, the image and GPU tests; the engine and its data root are
+    deleted at the end."""
     commands.ci(ROOT, c)
 
 

@@ -310,7 +310,6 @@ def next_commands(results: Sequence[BuildResult], *, gpus: bool = True) -> str:
     )
 
 
-
 def summary_table(results: Sequence[BuildResult], planned: Sequence[Cell] = (), width: int = TABLE_WIDTH) -> str:
     """One short row per planned cell (ok, FAILED (n) or not built; time, size); under it the images built, to
     `docker run`, and, numbered to match, what failed with the line of output that shows it and the ways out. Every

@@ -1,5 +1,5 @@
 """Who signs and what verifies, from flags and environment; the cosign argv; reading cosign's answers. No engine:
-the real signing and verification run in tests/image/test_signing.py."""
+the real signing and verification run in tests/image/test_signing_image.py."""
 
 from __future__ import annotations
 
