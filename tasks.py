@@ -16,8 +16,8 @@ from invoke import Collection, Context, Task, task
 from invoke.exceptions import Exit
 
 from dlimages import commands
-from dlimages.build.bake import BAKE_FILE, MAX_JOBS
-from dlimages.build.engine import NO_SETUP_HELP
+from dlimages.building.bake import BAKE_FILE, MAX_JOBS
+from dlimages.building.engine import NO_SETUP_HELP
 from dlimages.commands.flags import CELL_HELP, EVERY_CELL_HELP, REGISTRY, RUN_OPTIONS, FlagTask, refuse_core_options
 from dlimages.core import errors, usage
 from dlimages.generate.lock import RESOLVE_TIMEOUT_S

@@ -7,7 +7,7 @@
 # externally managed (a bare `pip install -e .`, the README's old line, is refused). The commands are read from the
 # README each run, so the test breaks when the README drifts.
 #
-# What this host knows is read now and passed in at run time, never stored: its Debian mirrors (build/mirrors.py),
+# What this host knows is read now and passed in at run time, never stored: its Debian mirrors (building/mirrors.py),
 # its pip index (pip's own configuration), the CA bundle its tools trust (mounted read-only: a TLS-intercepting
 # proxy's CA). The container is removed however the run ends; nothing is written on the host.
 #
@@ -93,8 +93,8 @@ facts="$("$python" - "$repo" <<'PY'
 import sys
 from pathlib import Path
 
-from dlimages.build.mirrors import NoDebianMirror, debian_mirrors
-from dlimages.build.plan import default_ca_bundle
+from dlimages.building.mirrors import NoDebianMirror, debian_mirrors
+from dlimages.building.plan import default_ca_bundle
 from dlimages.model.spec import load_matrix
 
 try:

@@ -65,10 +65,10 @@ die() { printf 'engine.sh: error: %s\n' "$*" >&2; exit 1; }
 
 engine_answers() { command -v docker >/dev/null && docker info >/dev/null 2>&1; }
 
-# The host's Debian mirror, read by the package (dlimages.build.mirrors, the one reader of apt sources) unless given.
+# The host's Debian mirror, read by the package (dlimages.building.mirrors, the one reader of apt sources) unless given.
 # Outside the project's Python (the script run by hand), the first Debian URI of the apt sources, read here.
 host_debian_mirror() {
-    python3 -c 'from dlimages.build.mirrors import debian_mirrors; print(debian_mirrors()[0].rstrip("/"))' 2>/dev/null && return
+    python3 -c 'from dlimages.building.mirrors import debian_mirrors; print(debian_mirrors()[0].rstrip("/"))' 2>/dev/null && return
     local found
     found="$(cat "$APT_DIR"/sources.list.d/*.sources 2>/dev/null | awk '$1 == "URIs:" && $2 ~ /\/debian\/?$/ {print $2; exit}' || true)"
     [[ -n "$found" ]] || found="$(cat "$APT_DIR"/sources.list 2>/dev/null \

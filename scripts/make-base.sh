@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build a minimal Debian root filesystem with mmdebstrap, reproducibly, write it as a docker-archive with a fixed
-# image config (dlimages.build.imagearchive) and `docker load` it as the base image that the generated Dockerfiles
+# image config (dlimages.building.imagearchive) and `docker load` it as the base image that the generated Dockerfiles
 # start FROM. `invoke base` runs it, once for each OS of matrix.yaml with `bootstrap`.
 #
 # Usage: scripts/make-base.sh --repo DIR --lock-digest DIGEST --os NAME --suite CODENAME --tag TAG [--out DIR]
@@ -58,7 +58,7 @@ die() { printf 'make-base.sh: error: %s\n' "$*" >&2; exit 1; }
 command -v mmdebstrap >/dev/null || die "mmdebstrap missing: run scripts/engine.sh first"
 docker info >/dev/null 2>&1 || die "no Docker engine answers: run scripts/engine.sh first"
 # Checked before the minutes mmdebstrap takes: the archive is written by the package.
-"$python" -c 'import dlimages.build.imagearchive' 2>/dev/null ||
+"$python" -c 'import dlimages.building.imagearchive' 2>/dev/null ||
     die "$python cannot import dlimages (pip install -e . first, or give --python)"
 
 [[ -n "$repo" ]] || die "--repo DIR is required (invoke base fetches the locked packages into one)"
@@ -124,7 +124,7 @@ build_tarball() {
 
 # Writes the docker-archive of a tarball (atomically) and prints the image ID `docker load` gives it.
 write_archive() {
-    "$python" -m dlimages.build.imagearchive --layer "$1" --out "$2" --tag "$tag" --epoch "$epoch" \
+    "$python" -m dlimages.building.imagearchive --layer "$1" --out "$2" --tag "$tag" --epoch "$epoch" \
         --created-by "$created_by"
 }
 

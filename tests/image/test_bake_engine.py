@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from support import require_engine
 
-from dlimages.build.bake import target_name
-from dlimages.build.builder import run_builds
-from dlimages.build.plan import BuildPlan, Secrets, plan_run
+from dlimages.building.bake import target_name
+from dlimages.building.builder import run_builds
+from dlimages.building.plan import BuildPlan, Secrets, plan_run
 from dlimages.commands.ci_plan import BUILDS
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.generate.project import Project

@@ -1,5 +1,5 @@
 """The base's docker-archive against the real engine: written twice, apart in time and place, it loads as the image ID
-dlimages.build.imagearchive computed, created at SOURCE_DATE_EPOCH, whoever loads it and whenever.
+dlimages.building.imagearchive computed, created at SOURCE_DATE_EPOCH, whoever loads it and whenever.
 
 Uses a tiny layer made here, not the mmdebstrap tarball (`invoke base` loads that one). Needs a Docker engine with
 the classic image store; without an engine the test fails, unless DLIMAGES_NO_DOCKER=1 turns that into a skip.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from support import require_engine
 
-from dlimages.build.imagearchive import DEBIAN_PATH, ImageConfig, write_docker_archive
+from dlimages.building.imagearchive import DEBIAN_PATH, ImageConfig, write_docker_archive
 
 if TYPE_CHECKING:
     from conftest import Docker

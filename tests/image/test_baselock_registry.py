@@ -26,7 +26,7 @@ from typing import Protocol
 import pytest
 from support import free_port, require_engine
 
-from dlimages.build.basesource import BaseSource, choose
+from dlimages.building.basesource import BaseSource, choose
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import Result
 from dlimages.generate.baselock import BaseLock, refresh, resolve_digest, skopeo_argv

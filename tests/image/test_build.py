@@ -19,10 +19,10 @@ import pytest
 from jinja2.utils import Namespace
 from support import require_engine
 
-from dlimages.build.basesource import BaseChoice
-from dlimages.build.builder import run_build, summary_table
-from dlimages.build.mirrors import MirrorArgs
-from dlimages.build.plan import BuildPlan
+from dlimages.building.basesource import BaseChoice
+from dlimages.building.builder import run_build, summary_table
+from dlimages.building.mirrors import MirrorArgs
+from dlimages.building.plan import BuildPlan
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.generate.project import Project
 from dlimages.generate.templating import environment

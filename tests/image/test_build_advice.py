@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from support import require_engine
 
-from dlimages.build import aptdebs
-from dlimages.build.advice import MIRROR_BASES, Remedies
-from dlimages.build.builder import TABLE_WIDTH, BuildResult, run_build, summary_table
-from dlimages.build.mirrors import MirrorArgs
-from dlimages.build.plan import Secrets, apt_debs, plan_build
+from dlimages.building import aptdebs
+from dlimages.building.advice import MIRROR_BASES, Remedies
+from dlimages.building.builder import TABLE_WIDTH, BuildResult, run_build, summary_table
+from dlimages.building.mirrors import MirrorArgs
+from dlimages.building.plan import Secrets, apt_debs, plan_build
 from dlimages.commands.builds import stage_uv
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.generate.lock import installs_with_uv, lock_state

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import require_engine
 
-from dlimages.build import disk
+from dlimages.building import disk
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import Result
 

@@ -23,7 +23,7 @@ from urllib.parse import unquote
 import pytest
 from support import free_port, require_engine
 
-from dlimages.build.mirrors import NoDebianMirror, debian_mirrors
+from dlimages.building.mirrors import NoDebianMirror, debian_mirrors
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.generate import aptlock
 from dlimages.generate import lock as lock_files

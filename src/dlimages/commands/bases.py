@@ -7,8 +7,8 @@ import os
 import shlex
 from collections.abc import Sequence
 
-from dlimages.build import aptdebs, basesource
-from dlimages.build.base import base_lock, make_base_argv, missing_bases
+from dlimages.building import aptdebs, basesource
+from dlimages.building.base import base_lock, make_base_argv, missing_bases
 from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from uv import find_uv_bin
 
-from dlimages.build import aptdebs, basesource, disk
-from dlimages.build.advice import Remedies
-from dlimages.build.bake import (
+from dlimages.building import aptdebs, basesource, disk
+from dlimages.building.advice import Remedies
+from dlimages.building.bake import (
     BAKE_FILE,
     bake_document,
     cache_export_problem,
@@ -24,9 +24,9 @@ from dlimages.build.bake import (
     out_problems,
     write_bake,
 )
-from dlimages.build.builder import all_built, builder_driver, next_commands, run_builds, summary_table
-from dlimages.build.ledger import Ledger
-from dlimages.build.plan import UV_CONTEXT, BuildPlan, Secrets, local_bases, plan_run
+from dlimages.building.builder import all_built, builder_driver, next_commands, run_builds, summary_table
+from dlimages.building.ledger import Ledger
+from dlimages.building.plan import UV_CONTEXT, BuildPlan, Secrets, local_bases, plan_run
 from dlimages.commands.bases import make_local_bases
 from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, engine, say

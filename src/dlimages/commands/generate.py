@@ -6,9 +6,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from dlimages.build.advice import reach
-from dlimages.build.basesource import BaseSource
-from dlimages.build.mirrors import NoDebianMirror, debian_mirrors
+from dlimages.building.advice import reach
+from dlimages.building.basesource import BaseSource
+from dlimages.building.mirrors import NoDebianMirror, debian_mirrors
 from dlimages.commands.flags import ANY_CELL, CellFlags
 from dlimages.commands.session import Failed, note
 from dlimages.core import usage

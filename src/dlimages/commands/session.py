@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from dlimages.build.engine import EngineRefused, EngineUnavailable, ensure_engine, setup_allowed
+from dlimages.building.engine import EngineRefused, EngineUnavailable, ensure_engine, setup_allowed
 from dlimages.core.engines import Need
 from dlimages.core.runner import DEFAULT as RUNNER
 

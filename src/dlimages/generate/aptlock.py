@@ -1,6 +1,6 @@
 """OS package locks: the exact Debian packages of each offline base and of each cell's apt step, each `.deb` with
 its SHA256, resolved by apt from the archive's signed index (InRelease -> Packages) and committed like the Python
-locks. Builds install those files and nothing else (build/aptdebs.py), so the commit, not the archive's state on
+locks. Builds install those files and nothing else (building/aptdebs.py), so the commit, not the archive's state on
 the day of the build, decides the image.
 
 Resolving runs this host's apt-get with a configuration of its own (its own sources, lists, cache and an empty

@@ -1,7 +1,7 @@
 """The bases lock: the digest each registry base image's tag named when it was last resolved, so that builds start
 FROM `tag@digest` and a rebuilt or deleted upstream tag (NVIDIA rebuilds and deletes its CUDA tags) changes nothing.
 
-Deciding is pure (`BaseLock.load`/`pinned`, `pulled_bases`; what a build starts FROM is dlimages.build.basesource's);
+Deciding is pure (`BaseLock.load`/`pinned`, `pulled_bases`; what a build starts FROM is dlimages.building.basesource's);
 only `resolve_digest` and `refresh` run a command (`skopeo`, through a `Runner`). Bases made here (`bootstrap_base`
 cells) are never pulled, never locked.
 """

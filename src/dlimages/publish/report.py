@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlimages.build.progress import parse_history, push_layers
+from dlimages.building.progress import parse_history, push_layers
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
 from dlimages.core.runner import DEFAULT, Result, Runner

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dlimages import commands
-from dlimages.build import disk
-from dlimages.build.disk import GB, DataRoot
+from dlimages.building import disk
+from dlimages.building.disk import GB, DataRoot
 from dlimages.commands import builds
 from dlimages.commands.flags import CellFlags
 from dlimages.core.errors import InputError

@@ -1,5 +1,5 @@
 """`invoke matrix` says what each cell's build needs (a column, a JSON list) and, with --here, keeps the cells whose
-needs answer from this machine; the probe is faked (tests/unit/build/test_reach.py asks real servers)."""
+needs answer from this machine; the probe is faked (tests/unit/building/test_reach.py asks real servers)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dlimages import commands
-from dlimages.build.advice import reach
-from dlimages.build.advice.reach import Answer
+from dlimages.building.advice import reach
+from dlimages.building.advice.reach import Answer
 from dlimages.core.errors import InputError
 from dlimages.generate.project import Project
 

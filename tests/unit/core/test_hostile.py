@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from dlimages.build.mirrors import debian_mirrors
+from dlimages.building.mirrors import debian_mirrors
 from dlimages.core.errors import InputError
 
 REPO = Path(__file__).resolve().parents[3]

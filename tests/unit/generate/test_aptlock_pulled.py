@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dlimages.build import aptdebs
+from dlimages.building import aptdebs
 from dlimages.core.runner import Runner
 from dlimages.generate import aptlock, aptpulled
 from dlimages.generate.aptlock import APT_LOCK, AptLock, Deb, Distro

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlimages.build.builder import BuildResult, next_commands
+from dlimages.building.builder import BuildResult, next_commands
 from dlimages.model.cells import Expansion
 from dlimages.model.selection import Selection, select
 from dlimages.model.spec import Matrix

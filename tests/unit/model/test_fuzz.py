@@ -32,7 +32,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlimages.build.plan import Secrets, plan_builds
+from dlimages.building.plan import Secrets, plan_builds
 from dlimages.core.errors import InputError
 from dlimages.generate.project import Project
 from dlimages.model import doctor, doctor_text, gpunode
