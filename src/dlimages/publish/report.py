@@ -21,6 +21,7 @@ from dlimages.publish.pushplan import PushResult
 MANIFEST_TIMEOUT_S = 300.0
 VENV_PYTHON = "/opt/venv/bin/python"
 BASE_LABEL = "org.opencontainers.image.base"
+RUN_LOCAL = ("docker", "run", "--rm", "--pull", "never")  # the image pushed is local: never pulled from elsewhere
 NO_ENTRYPOINT = 127  # `docker run`: the entrypoint is not in the image
 
 
@@ -100,20 +101,7 @@ def image_manifest(image_ref: str, runner: Runner = DEFAULT, *, python: str | No
         "pip": None,
     }
     if python is not None:
-        argv = [
-            "docker",
-            "run",
-            "--rm",
-            "--pull",
-            "never",
-            "--entrypoint",
-            python,
-            image_ref,
-            "-m",
-            "pip",
-            "list",
-            "--format=json",
-        ]
+        argv = [*RUN_LOCAL, "--entrypoint", python, image_ref, "-m", "pip", "list", "--format=json"]
         listed = runner(argv, timeout=MANIFEST_TIMEOUT_S)
         if listed.code == NO_ENTRYPOINT and "no such file" in listed.err:
             return _dpkg(manifest, runner, image_ref)  # an image without the venv (a base): "pip": None
@@ -137,19 +125,7 @@ def _layers(runner: Runner, info: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _dpkg(manifest: dict[str, Any], runner: Runner, image_ref: str) -> dict[str, Any]:
     # The status column keeps out packages that are only remembered (removed, config files left).
     status_format = "${db:Status-Abbrev}\t${Package}=${Version}\n"
-    argv = [
-        "docker",
-        "run",
-        "--rm",
-        "--pull",
-        "never",
-        "--entrypoint",
-        "dpkg-query",
-        image_ref,
-        "-W",
-        "-f",
-        status_format,
-    ]
+    argv = [*RUN_LOCAL, "--entrypoint", "dpkg-query", image_ref, "-W", "-f", status_format]
     dpkg = _checked(runner, argv, image_ref, "dpkg-query")
     installed = [line.split("\t", 1)[1] for line in dpkg.splitlines() if line.startswith("ii")]
     manifest["dpkg"] = dict(sorted(entry.split("=", 1) for entry in installed))
