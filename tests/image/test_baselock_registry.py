@@ -26,10 +26,12 @@ from typing import Protocol
 import pytest
 from support import free_port, require_engine
 
+from dlimages.artifacts.baseslock import BaseLock
 from dlimages.building.basesource import BaseSource, choose
+from dlimages.core.registry import resolve_digest, skopeo_argv
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import Result
-from dlimages.generate.baselock import BaseLock, refresh, resolve_digest, skopeo_argv
+from dlimages.generate.baselock import refresh
 from dlimages.generate.baserequire import Requirement, read_requirement
 from dlimages.generate.project import Project
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from support import require_engine
 
+from dlimages.artifacts.pythonlock import installs_with_uv, lock_state
 from dlimages.building import aptdebs
 from dlimages.building.advice import MIRROR_BASES, Remedies
 from dlimages.building.builder import TABLE_WIDTH, BuildResult, run_build, summary_table
@@ -24,7 +25,6 @@ from dlimages.building.mirrors import MirrorArgs
 from dlimages.building.plan import Secrets, apt_debs, plan_build
 from dlimages.commands.builds import stage_uv
 from dlimages.core.runner import DEFAULT as RUNNER
-from dlimages.generate.lock import installs_with_uv, lock_state
 from dlimages.generate.project import Project
 from dlimages.model.cells import Cell
 from dlimages.model.spec import Matrix

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from dlimages.artifacts.pythonlock import lock_state
 from dlimages.core.runner import DEFAULT
 from dlimages.generate import lockproof
-from dlimages.generate.lock import lock_state
 from dlimages.generate.project import Project
 from dlimages.model.cells import Cell
 from dlimages.model.spec import version_key

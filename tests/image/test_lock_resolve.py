@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from dlimages.artifacts import layout, pythonlock
 from dlimages.core.runner import Runner
 from dlimages.generate import lock
 from dlimages.generate.project import Project
@@ -47,11 +48,11 @@ def real_copy(tmp_path: Path) -> Path:
 def test_the_committed_lock_is_what_uv_resolves_for_the_cell_today(network: None, real_copy: Path) -> None:
     project = Project(real_copy)
     [cell] = [c for c in project.expansion.cells if c.slug == CI_CELL]
-    committed = {name: (lock.cell_dir(REPO, cell) / name).read_text() for name in lock.LOCK_FILES}
+    committed = {name: (layout.cell_dir(REPO, cell) / name).read_text() for name in pythonlock.LOCK_FILES}
     [result] = lock.lock_cells(real_copy, [cell], project.matrix.packages.pip, Runner(), say=lambda _: None)
     assert result.ok, result.problem
     for name, text in committed.items():
-        assert (lock.cell_dir(real_copy, cell) / name).read_text() == text, f"{name} differs from a fresh lock"
+        assert (layout.cell_dir(real_copy, cell) / name).read_text() == text, f"{name} differs from a fresh lock"
 
 
 def test_an_unresolvable_set_fails_fast_and_names_the_conflict(network: None, real_copy: Path) -> None:
@@ -68,8 +69,8 @@ def test_an_unresolvable_set_fails_fast_and_names_the_conflict(network: None, re
     assert "numpy==1.19.5" in result.problem
     assert elapsed < 120
     # The old lock stays: a failed resolution never half-writes one.
-    assert (lock.cell_dir(real_copy, cell) / "requirements.lock").read_text() == (
-        lock.cell_dir(REPO, cell) / "requirements.lock"
+    assert (layout.cell_dir(real_copy, cell) / "requirements.lock").read_text() == (
+        layout.cell_dir(REPO, cell) / "requirements.lock"
     ).read_text()
 
 

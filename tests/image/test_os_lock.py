@@ -23,17 +23,17 @@ from urllib.parse import unquote
 import pytest
 from support import free_port, require_engine
 
+from dlimages.artifacts import layout, oslock
 from dlimages.building.mirrors import NoDebianMirror, debian_mirrors
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.generate import aptlock
-from dlimages.generate import lock as lock_files
 from dlimages.generate.project import Project
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = Project(REPO).matrix
-BASES = aptlock.offline_bases(MATRIX)  # by OS name
+BASES = oslock.offline_bases(MATRIX)  # by OS name
 CELL = "images/pytorch/cuda12.1-torch2.1.2-py3.11-runtime"
 CELL_IMAGE = "lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime"
 CELL_FLAGS = ["--cuda", "12.1", "--torch", "2.1", "--python", "3.11"]
@@ -90,7 +90,7 @@ def test_the_base_from_a_repository_on_127_0_0_1_is_the_base_from_the_live_archi
     done = invoke("base", "--os", os_name, "--apt-from", url)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert f"from the repository ({url}/debian" in done.stdout
-    lock = aptlock.read(REPO / aptlock.base_lock_path(os_name))
+    lock = oslock.read(REPO / oslock.base_lock_path(os_name))
     assert lock is not None
     fetched = {unquote(path).split("/", 2)[2] for path in asked if path.endswith(".deb")}  # /debian/pool/...
     assert fetched == {deb.path for deb in lock.debs}  # every file from there: none from a cache
@@ -101,7 +101,7 @@ def test_a_deb_whose_hash_differs_from_its_lock_fails_the_build_naming_it_and_mo
     require_engine()
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=300)
-    lock = clone / CELL / aptlock.APT_LOCK
+    lock = clone / CELL / oslock.APT_LOCK
     text = lock.read_text(encoding="utf-8")
     line = next(line for line in text.splitlines() if line.startswith("zsh="))
     spec, sha = line.split()[0], line.rsplit("sha256:", 1)[1]
@@ -127,8 +127,8 @@ def test_a_lock_on_a_pulled_base_resolves_on_the_packages_that_base_has(os_name:
     # apt.lock the Debian cells were resolved with together with their base.
     require_engine(buildx=False)
     project = Project(REPO)
-    folders = [lock_files.cell_dir(REPO, c) for c in project.expansion.cells if c.bootstrap_base and c.os == os_name]
-    cell = next(filter(None, (aptlock.read(folder / aptlock.APT_LOCK) for folder in folders)), None)
+    folders = [layout.cell_dir(REPO, c) for c in project.expansion.cells if c.bootstrap_base and c.os == os_name]
+    cell = next(filter(None, (oslock.read(folder / oslock.APT_LOCK) for folder in folders)), None)
     if cell is None:
         pytest.skip(f"no cell on the {os_name} base has an apt.lock")
     image = MATRIX.os[os_name].image
@@ -137,7 +137,7 @@ def test_a_lock_on_a_pulled_base_resolves_on_the_packages_that_base_has(os_name:
     try:
         main, security = debian_mirrors()
     except NoDebianMirror:
-        main, security = aptlock.DEBIAN_PUBLIC["debian"], aptlock.DEBIAN_PUBLIC["debian-security"]
+        main, security = oslock.DEBIAN_PUBLIC["debian"], oslock.DEBIAN_PUBLIC["debian-security"]
     packages = sorted(project.matrix.packages.apt)
     urls = {"debian": main, "debian-security": security}
     lock = aptlock.resolve_on(BASES[os_name], packages, image, status.out, urls, RUNNER)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from support import free_port, require_engine
 
-from dlimages.building.progress import WIDTH
+from dlimages.core.display import WIDTH
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import Result
 

@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from dlimages.artifacts.oslock import ARCH, AptLock, Deb, Distro
 from dlimages.building.mirrors import APT_SOURCES, NoDebianMirror, debian_mirrors
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
 from dlimages.core.grammar import url_problem
 from dlimages.core.runner import Runner
-from dlimages.generate.aptlock import ARCH, AptLock, Deb, Distro
 
 CACHE = Path(".work/apt/pool")  # verified files, by archive and pool path, kept between builds
 REPOS = Path(".work/apt/repo")  # flat repositories, one per lock

@@ -12,39 +12,39 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from dlimages.artifacts import oslock
 from dlimages.building import aptdebs
 from dlimages.building.mirrors import APT_SOURCES
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.runner import Runner
-from dlimages.generate import aptlock
 
 MAKE_BASE = "scripts/make-base.sh"
 
 
 def base_lock(
-    root: Path, distro: aptlock.Distro, apt_from: str | None, sources: Iterable[Path] = APT_SOURCES
+    root: Path, distro: oslock.Distro, apt_from: str | None, sources: Iterable[Path] = APT_SOURCES
 ) -> aptdebs.AptDebsSource:
     """The lock of the base of `distro` and where its files come from: `apt_from`, else this host's Debian mirrors,
     else Debian's own (InputError when there is no lock, or `apt_from` names nothing usable)."""
-    path = aptlock.base_lock_path(distro.os)
-    lock = aptlock.read(root / path)
+    path = oslock.base_lock_path(distro.os)
+    lock = oslock.read(root / path)
     if lock is None:
         raise InputError([Problem(path, "missing", f"`{usage.LOCK} --upgrade-apt` writes it")])
     return aptdebs.AptDebsSource(lock, aptdebs.origin(apt_from, lock.resolved, aptdebs.host_mirrors(sources), distro))
 
 
-def make_base_argv(root: Path, repo: Path, lock: aptlock.AptLock, image: str, *, check: bool = False) -> list[str]:
+def make_base_argv(root: Path, repo: Path, lock: oslock.AptLock, image: str, *, check: bool = False) -> list[str]:
     """The command that makes the base `image` from the flat repository `repo` of `lock`'s packages (its OS and
     suite from the lock)."""
-    distro = aptlock.distro_of(lock)
+    distro = oslock.distro_of(lock)
     argv = ["bash", str(root / MAKE_BASE), "--repo", str(repo), "--lock-digest", lock.digest()]
     argv += ["--os", distro.os, "--suite", distro.codename, "--tag", image]
     return [*argv, "--check"] if check else argv
 
 
 def missing_bases(
-    images: Iterable[str], runner: Runner, locks: Mapping[str, aptlock.AptLock] | None = None
+    images: Iterable[str], runner: Runner, locks: Mapping[str, oslock.AptLock] | None = None
 ) -> list[str]:
     """Of the locally made bases `images` (see plan.local_bases), those the engine does not have, or has made from
     another lock than theirs in `locks` (by image; its digest is in the image's history), each once."""

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlimages.building import advice
+from dlimages.artifacts.baseslock import BaseLock, unpinned_warning
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.grammar import REFERENCE_ALLOWED, reference_problem
-from dlimages.core.references import DigestOutcome, registry_of, registry_problems, split_tag
+from dlimages.core.references import DigestOutcome, registry_is_loopback, registry_of, registry_problems, split_tag
+from dlimages.core.registry import Resolved, resolve_digest
 from dlimages.core.runner import Runner
 from dlimages.core.watch import Wait
-from dlimages.generate.baselock import BaseLock, Resolved, registry_is_loopback, resolve_digest, unpinned_warning
 from dlimages.model.cells import Cell
 from dlimages.model.spec import Matrix
 
@@ -170,36 +170,29 @@ def choose_all(cells: Iterable[Cell], source: BaseSource, lock: BaseLock) -> dic
 
 
 class BaseUnavailable(Exception):
-    """A base cannot be had from where the build would pull it; the message says which, where, and the ways out."""
+    """Bases that cannot be had from where the build would pull them: `failed` maps each to its cell's slug and what
+    the registry said; the message (building.plan's, with the ways out) says which, where, and what to do."""
+
+    def __init__(self, failed: Mapping[str, tuple[str, str]], message: str = "") -> None:
+        super().__init__(message or "\n".join(f"error: {name}: {problem}" for name, (_, problem) in failed.items()))
+        self.failed = failed
 
 
-def resolve(
-    choices: Mapping[str, BaseChoice],
-    source: BaseSource,
-    cells: Sequence[Cell],
-    matrix: Matrix,
-    runner: Runner,
-    profile: str = "none",
-) -> dict[str, BaseChoice]:
+def resolve(choices: Mapping[str, BaseChoice], runner: Runner) -> dict[str, BaseChoice]:
     """Ask the base registry for each base's digest that nothing records yet (once per base), so that the build
     pulls tag@digest and the image's labels name it. BaseUnavailable, before anything is built, when the
-    registry does not have a base or cannot be reached, with the advice a failed pull gets (dlimages.building.advice;
-    `cells`: the matrix's cells, for the ways out)."""
+    registry does not have a base or cannot be reached."""
     asked: dict[str, Resolved] = {}
     for choice in choices.values():
         if choice.resolve and choice.name not in asked:
             asked[choice.name] = resolve_digest(choice.name, runner)
-    by_slug = {cell.slug: cell for cell in cells}
-    failed = {c.name: by_slug.get(c.cell) for c in choices.values() if c.name in asked and not asked[c.name].ok}
+    failed = {
+        c.name: (c.cell, str(asked[c.name].problem))
+        for c in choices.values()
+        if c.name in asked and not asked[c.name].ok
+    }
     if failed:
-        remedies = advice.Remedies.from_matrix(matrix, cells)
-        said = [
-            advice.base_not_pullable(
-                name, str(asked[name].problem), advice.Attempt(cell, profile, base_image=name), remedies
-            ).advice
-            for name, cell in failed.items()
-        ]
-        raise BaseUnavailable("\n".join(f"error: {text}" for text in said))
+        raise BaseUnavailable(failed)
     return {
         slug: BaseChoice(slug, c.name, asked[c.name].digest, c.local) if c.resolve else c for slug, c in choices.items()
     }

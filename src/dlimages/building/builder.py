@@ -19,7 +19,8 @@ from typing import TextIO
 from dlimages.building.advice import Attempt, Diagnosis, Remedies, diagnose
 from dlimages.building.bake import bake_argv, bake_document, built_images, render_bake, target_name
 from dlimages.building.plan import BuildPlan
-from dlimages.building.progress import BuildProgress, ProgressDisplay
+from dlimages.building.progress import BuildProgress
+from dlimages.core.display import ProgressDisplay
 from dlimages.core.imagestore import Built, image_store
 from dlimages.core.runner import DEFAULT, Runner, run_folder
 from dlimages.model.cells import Cell

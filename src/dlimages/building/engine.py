@@ -12,8 +12,8 @@ from dlimages.building.mirrors import debian_mirrors
 from dlimages.core.engines import Engine, Need
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
+from dlimages.core.usage import ENGINE_SCRIPT
 
-ENGINE_SCRIPT = Path("scripts/engine.sh")  # relative to the repository root
 NO_SETUP_VARIABLE = "DLIMAGES_NO_ENGINE_SETUP"
 NO_SETUP_HELP = f"never start a Docker engine (also {NO_SETUP_VARIABLE}=1): for hosts where you manage Docker"
 _FALSE = ("", "0", "false", "no", "off")

@@ -10,18 +10,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlimages.building import aptdebs, basesource
+from dlimages.artifacts import oslock
+from dlimages.artifacts.baseslock import LOCK_FILE as BASES_LOCK_FILE
+from dlimages.artifacts.baseslock import BaseLock
+from dlimages.artifacts.layout import IMAGES_DIR
+from dlimages.artifacts.pythonlock import installs_with_uv, lock_state
+from dlimages.building import advice, aptdebs, basesource
 from dlimages.building.basesource import BaseChoice, BaseSource, choose, choose_all
 from dlimages.building.mirrors import MirrorArgs, resolve
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.imagestore import EXPORT
 from dlimages.core.runner import Runner
-from dlimages.generate import aptlock
-from dlimages.generate.baselock import LOCK_FILE as BASES_LOCK_FILE
-from dlimages.generate.baselock import BaseLock
-from dlimages.generate.lock import installs_with_uv, lock_state
-from dlimages.generate.render import IMAGES_DIR
 from dlimages.model.cells import Cell
 from dlimages.model.selection import flags_for
 from dlimages.model.spec import Matrix
@@ -110,7 +110,7 @@ class AptDebs:
     """The locked OS packages a build installs: the cell's apt lock, where its files come from, and the flat
     repository (relative to the repository root) they are gathered in first (aptdebs.flat_repo)."""
 
-    lock: aptlock.AptLock
+    lock: oslock.AptLock
     origin: aptdebs.Origin
 
     @property
@@ -263,10 +263,10 @@ def plan_builds(
 def apt_debs(root: Path, cell: Cell, mirror: MirrorArgs, apt_from: str | None) -> AptDebs | None:
     """The locked OS packages of the cell (None when it has no apt lock), fetched from `apt_from` (aptdebs.origin;
     the default: the build's own apt mirror)."""
-    lock = aptlock.read(root / IMAGES_DIR / cell.framework / cell.slug / aptlock.APT_LOCK)
+    lock = oslock.read(root / IMAGES_DIR / cell.framework / cell.slug / oslock.APT_LOCK)
     if lock is None:
         return None
-    distro = aptlock.Distro.of(cell.os, cell.os_family, cell.os_codename)
+    distro = oslock.Distro.of(cell.os, cell.os_family, cell.os_codename)
     mirrors = aptdebs.mirrors_of(mirror.apt, mirror.apt_security, distro)
     if mirror.apt is None and distro.family == "debian":  # no mirror given: this host's, as `invoke base` takes
         mirrors = aptdebs.host_mirrors()
@@ -323,8 +323,21 @@ def plan_run(
     epochs = {cell.slug: source_date_epoch(root, cell, runner) for cell in cells}
     choices = choose_all(cells, source, BaseLock.load(root / BASES_LOCK_FILE))
     if resolve_bases:
-        choices = basesource.resolve(choices, source, every_cell or cells, matrix, runner, profile)
+        choices = resolve_with_advice(choices, runner, matrix, every_cell or cells, profile)
     return plan_builds(matrix, cells, profile, secrets, workdir, revision, epochs, root, choices, source, apt_from)
+
+
+def resolve_with_advice(
+    choices: Mapping[str, BaseChoice], runner: Runner, matrix: Matrix, cells: Sequence[Cell], profile: str
+) -> dict[str, BaseChoice]:
+    """basesource.resolve, its BaseUnavailable saying the ways out (`cells`: the matrix's, to offer one on the
+    offline base)."""
+    try:
+        return basesource.resolve(choices, runner)
+    except basesource.BaseUnavailable as error:
+        raise basesource.BaseUnavailable(
+            error.failed, advice.bases_unavailable(error.failed, matrix, cells, profile)
+        ) from None
 
 
 def local_bases(plans: Sequence[BuildPlan]) -> list[str]:

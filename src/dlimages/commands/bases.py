@@ -7,6 +7,7 @@ import os
 import shlex
 from collections.abc import Sequence
 
+from dlimages.artifacts import baseslock, layout, oslock
 from dlimages.building import aptdebs, basesource
 from dlimages.building.base import base_lock, make_base_argv, missing_bases
 from dlimages.commands.flags import ANY_CELL, CellFlags
@@ -17,8 +18,7 @@ from dlimages.core.errors import InputError, Problem, allowed_list
 from dlimages.core.outputs import output_folder
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
-from dlimages.generate import aptlock, baselock, baserequire
-from dlimages.generate import lock as lock_files
+from dlimages.generate import baselock, baserequire
 from dlimages.generate.project import Project
 from dlimages.gpu import inimage
 from dlimages.model.selection import select
@@ -40,13 +40,13 @@ def base(
     """Make each offline Debian base (matrix.yaml's OSes with `bootstrap`; `os`: that one only) from its lock with
     scripts/make-base.sh (its output shown as it runs): the lock's packages fetched and checked first, from `apt_from`
     (aptdebs.origin) or this host's mirror."""
-    bases = aptlock.offline_bases(project.matrix)
+    bases = oslock.offline_bases(project.matrix)
     if os is not None and os not in bases:
         raise InputError([Problem("--os", f"{os!r} has no base made here", allowed_list(bases))])
     sources = {name: base_lock(project.root, bases[name], apt_from) for name in ([os] if os else bases)}
     engine(project.root, no_engine_setup, need=Need.BASE)
     for name, source in sources.items():
-        say(f"{aptlock.base_lock_path(name)}: {len(source.lock.debs)} packages, from {source.origin.describe()}")
+        say(f"{oslock.base_lock_path(name)}: {len(source.lock.debs)} packages, from {source.origin.describe()}")
         try:
             repo = aptdebs.flat_repo(source.lock, source.origin, project.root, RUNNER)
         except aptdebs.FetchError as error:
@@ -60,8 +60,8 @@ def base(
 def make_local_bases(project: Project, images: list[str], apt_from: str | None = None) -> None:
     """Make the bases made here that the engine lacks or has from another lock (with `base`, which needs root),
     before a build uses them."""
-    made = {project.matrix.os[name].image: name for name in aptlock.offline_bases(project.matrix)}
-    locks = {image: aptlock.read(project.root / aptlock.base_lock_path(name)) for image, name in made.items()}
+    made = {project.matrix.os[name].image: name for name in oslock.offline_bases(project.matrix)}
+    locks = {image: oslock.read(project.root / oslock.base_lock_path(name)) for image, name in made.items()}
     for image in missing_bases(images, RUNNER, {image: lock for image, lock in locks.items() if lock is not None}):
         if os.geteuid() != 0:  # mmdebstrap --mode=root: the one step of a build that needs root, once per engine
             raise Failed(
@@ -76,16 +76,16 @@ def bases_list(project: Project, *, cells: CellFlags = ANY_CELL, lock: bool = Fa
     """Each base the selected cells pull and the digest builds pin it to; with `lock`, ask the registries for the
     digests now and record them."""
     chosen = select(project.matrix, project.expansion, cells.selection(), defaults=False)
-    path = project.root / baselock.LOCK_FILE
-    recorded = baselock.BaseLock.load(path)
-    refs = baselock.pulled_bases(chosen)
+    path = project.root / baseslock.LOCK_FILE
+    recorded = baseslock.BaseLock.load(path)
+    refs = baseslock.pulled_bases(chosen)
     if not lock:
         unpinned = "no recorded digest: pulled by tag (not reproducible)"
         return "\n".join(f"{ref} -> {recorded.pinned(ref) or unpinned}" for ref in refs) or None
     recorded, results = baselock.refresh(recorded, refs, RUNNER)
     recorded.write(path)
     lines = [f"{'recorded' if result.ok else 'NOT recorded'} {result}" for result in results]
-    lines.append(f"{baselock.LOCK_FILE}: {sum(r.ok for r in results)} of {len(results)} bases recorded now.")
+    lines.append(f"{baseslock.LOCK_FILE}: {sum(r.ok for r in results)} of {len(results)} bases recorded now.")
     stale = baserequire.stale_records(project.matrix, chosen, recorded, RUNNER)  # the bases' own requirements
     lines += stale
     if stale or not all(r.ok for r in results):
@@ -108,7 +108,7 @@ def bases_mirror(
         raise InputError([Problem("--to", "give the registry to copy into", "HOST[:PORT][/PATH]")])
     chosen = select(project.matrix, project.expansion, cells.selection(), defaults=False)
     extra = inimage.check_images(image or [])
-    lock = baselock.BaseLock.load(project.root / baselock.LOCK_FILE)
+    lock = baseslock.BaseLock.load(project.root / baseslock.LOCK_FILE)
     basesource.mirror_copies(
         chosen, to, lock, extra, local=lambda _: False
     )  # every problem is exit 2 before the engine
@@ -135,12 +135,12 @@ def apt_repo(project: Project, *, to: str | None = None, apt_from: str | None = 
     that holds only them, for `--apt-from` (offline and air-gapped builds, and builds after the archive has moved
     on)."""
     folder = output_folder(to, "--to", project.root, command=usage.APT_REPO, marker="Release", runner=RUNNER)
-    bases = [base_lock(project.root, distro, apt_from) for distro in aptlock.offline_bases(project.matrix).values()]
-    paths = [lock_files.cell_dir(project.root, cell) / aptlock.APT_LOCK for cell in project.expansion.cells]
-    cells = {lock.digest(): lock for lock in filter(None, map(aptlock.read, paths))}
+    bases = [base_lock(project.root, distro, apt_from) for distro in oslock.offline_bases(project.matrix).values()]
+    paths = [layout.cell_dir(project.root, cell) / oslock.APT_LOCK for cell in project.expansion.cells]
+    cells = {lock.digest(): lock for lock in filter(None, map(oslock.read, paths))}
     sources = [*bases]
     for lock in cells.values():
-        distro = aptlock.distro_of(lock)
+        distro = oslock.distro_of(lock)
         mirrors = aptdebs.host_mirrors() if distro.family == "debian" else None  # the host's Debian mirror
         sources.append(aptdebs.AptDebsSource(lock, aptdebs.origin(apt_from, lock.resolved, mirrors, distro)))
     try:

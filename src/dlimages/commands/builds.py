@@ -13,6 +13,7 @@ from pathlib import Path
 
 from uv import find_uv_bin
 
+from dlimages.artifacts.ledger import Ledger
 from dlimages.building import aptdebs, basesource, disk
 from dlimages.building.advice import Remedies
 from dlimages.building.bake import (
@@ -25,7 +26,6 @@ from dlimages.building.bake import (
     write_bake,
 )
 from dlimages.building.builder import all_built, builder_driver, next_commands, run_builds, summary_table
-from dlimages.building.ledger import Ledger
 from dlimages.building.plan import UV_CONTEXT, BuildPlan, Secrets, local_bases, plan_run
 from dlimages.commands.bases import make_local_bases
 from dlimages.commands.flags import ANY_CELL, CellFlags

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from dlimages.artifacts import baseslock, layout, oslock, pythonlock
 from dlimages.building.advice import reach
 from dlimages.building.basesource import BaseSource
 from dlimages.building.mirrors import NoDebianMirror, debian_mirrors
@@ -15,7 +16,7 @@ from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
-from dlimages.generate import aptlock, aptpulled, baselock, lockproof
+from dlimages.generate import aptlock, aptpulled, lockproof
 from dlimages.generate import lock as lock_files
 from dlimages.generate.changes import changed_since
 from dlimages.generate.project import Project
@@ -77,7 +78,7 @@ def matrix(
         cells = found.cells
         for line in found.lines:
             note(f"here: {line}")
-    locks = {cell.slug: lock_files.lock_state(project.root, cell, project.matrix.packages.pip).status for cell in cells}
+    locks = {cell.slug: pythonlock.lock_state(project.root, cell, project.matrix.packages.pip).status for cell in cells}
     if json_:
         extra = {cell.slug: {"flags": flags_for(cell), "bootstrap": cell.bootstrap_base} for cell in cells}
         entries = [
@@ -127,13 +128,13 @@ def lock(
             raise InputError([Problem("--prove", f"given with {', '.join(unused)}", "--prove with cell flags only")])
         return _prove(project, chosen)
     if check:
-        problems = lock_files.lock_problems(project.root, project.expansion.cells, pip)
+        problems = pythonlock.lock_problems(project.root, project.expansion.cells, pip)
         problems += _os_lock_problems(project)
         if problems:
             raise Failed(InputError(problems, heading="Locks do not match matrix.yaml:").report(), code=1)
         pulled = [cell for cell in project.expansion.cells if not cell.bootstrap_base]
-        locked = sum((lock_files.cell_dir(project.root, cell) / aptlock.APT_LOCK).is_file() for cell in pulled)
-        bases = ", ".join(map(aptlock.base_lock_path, aptlock.offline_bases(project.matrix)))
+        locked = sum((layout.cell_dir(project.root, cell) / oslock.APT_LOCK).is_file() for cell in pulled)
+        bases = ", ".join(map(oslock.base_lock_path, oslock.offline_bases(project.matrix)))
         on_bases = len(project.expansion.cells) - len(pulled)
         return lock_files.summary(project.root, project.expansion.cells, pip) + (
             f"\nOS packages: {bases} and the apt.lock of the {on_bases} cells on those bases up to date; of the "
@@ -166,19 +167,19 @@ def lock(
 def _os_cells(project: Project, os: str) -> list[Path]:
     """The folders of the cells whose OS packages are locked with the offline base of `os`: those on that base."""
     cells = project.expansion.cells
-    return [lock_files.cell_dir(project.root, cell) for cell in cells if cell.bootstrap_base and cell.os == os]
+    return [layout.cell_dir(project.root, cell) for cell in cells if cell.bootstrap_base and cell.os == os]
 
 
 def _lock_os(project: Project, *, upgrade: bool) -> list[str]:
     try:
         main, security = debian_mirrors()
     except NoDebianMirror:
-        main, security = aptlock.DEBIAN_PUBLIC["debian"], aptlock.DEBIAN_PUBLIC["debian-security"]
+        main, security = oslock.DEBIAN_PUBLIC["debian"], oslock.DEBIAN_PUBLIC["debian-security"]
     urls = {"debian": main, "debian-security": security}
     packages = sorted(project.matrix.packages.apt)
-    recorded = baselock.BaseLock.load(project.root / baselock.LOCK_FILE)
+    recorded = baseslock.BaseLock.load(project.root / baseslock.LOCK_FILE)
     lines = []
-    for os, distro in aptlock.offline_bases(project.matrix).items():
+    for os, distro in oslock.offline_bases(project.matrix).items():
         folders = _os_cells(project, os)
         try:
             lines += aptlock.lock_os(project.root, distro, folders, packages, urls, RUNNER, upgrade=upgrade)
@@ -192,18 +193,18 @@ def _os_lock_problems(project: Project) -> list[Problem]:
     packages = sorted(project.matrix.packages.apt)
     run = f"run `{usage.LOCK} --upgrade-apt`"
     problems = []
-    for os, distro in aptlock.offline_bases(project.matrix).items():
-        base = project.root / aptlock.base_lock_path(os)
-        for path, wanted in [(base, None), *((c / aptlock.APT_LOCK, packages) for c in _os_cells(project, os))]:
-            why = aptlock.stale(project.root, path, wanted, distro)
+    for os, distro in oslock.offline_bases(project.matrix).items():
+        base = project.root / oslock.base_lock_path(os)
+        for path, wanted in [(base, None), *((c / oslock.APT_LOCK, packages) for c in _os_cells(project, os))]:
+            why = oslock.stale(project.root, path, wanted, distro)
             if why:
                 problems.append(Problem(str(path.relative_to(project.root)), f"the OS package lock is {why}; {run}"))
-    recorded = baselock.BaseLock.load(project.root / baselock.LOCK_FILE)
+    recorded = baseslock.BaseLock.load(project.root / baseslock.LOCK_FILE)
     return problems + aptpulled.pulled_problems(project.root, project.expansion.cells, packages, recorded)
 
 
 def _prove(project: Project, chosen: Sequence[Cell]) -> str:
-    states = [lock_files.lock_state(project.root, cell, project.matrix.packages.pip) for cell in chosen]
+    states = [pythonlock.lock_state(project.root, cell, project.matrix.packages.pip) for cell in chosen]
     stale = [s.cell.slug for s in states if s.status in ("stale", "broken")]
     if stale:
         raise Failed(f"error: stale locks ({', '.join(stale)}): run `{usage.LOCK}` for them first", code=1)

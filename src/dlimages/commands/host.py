@@ -13,8 +13,8 @@ from pathlib import Path
 
 from invoke.context import Context
 
+from dlimages.artifacts.ledger import Ledger
 from dlimages.building import disk as data_disk
-from dlimages.building.ledger import Ledger
 from dlimages.commands import ci_plan
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from invoke.context import Context
 
-from dlimages.building.ledger import LEDGER_FILE, Ledger
+from dlimages.artifacts.ledger import LEDGER_FILE, Ledger
 from dlimages.commands import ci_plan
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage

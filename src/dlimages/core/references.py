@@ -6,6 +6,7 @@ the value; `registry_ref` joins a registry and a local ref; `split_tag` cuts a r
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 
@@ -21,6 +22,8 @@ _PATH_PART = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # ASCII only: \w would take every script's letters
 _REFERENCE_CHARACTERS = re.compile(r"[A-Za-z0-9._:/@\[\]-]+")
 MAX_NAME = 255  # docker refuses a name (registry and repository, no tag) longer than this: NameTotalLengthMax
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+TAG_ALLOWED = "an image reference with a :tag and no @digest, e.g. ubuntu:22.04"
 _SHOWN = 80  # a longer value is cut short in messages
 
 
@@ -154,3 +157,40 @@ class DigestOutcome:
     @property
     def ok(self) -> bool:
         return self.digest is not None
+
+
+def tag_problem(ref: str) -> str | None:
+    """What keeps `ref` from being a tag a cell pulls (and a key of the bases lock), or None."""
+    if ref.startswith("_"):
+        return "is not a key of the lock"
+    return tagged_ref_problem(
+        ref,
+        digest_why="the key is the tag a digest is recorded for",
+        untagged_why="docker would read it as :latest, which no base should be",
+    )
+
+
+def quoted(value: object, limit: int = 80) -> str:
+    """A value from the file, shown safely: ASCII escapes, and cut short when long."""
+    text = ascii(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def registry_is_loopback(ref: str) -> bool:
+    """Whether `ref` names a registry on this machine (127.0.0.0/8, ::1, localhost), e.g. 127.0.0.1:5000/ubuntu:22.04.
+
+    Such a registry is often plain HTTP (dockerd treats 127.0.0.0/8 as insecure by default, and .ci/registry.sh
+    serves HTTP), and skopeo insists on verified HTTPS unless told `--tls-verify=false`. Dropping verification there
+    costs nothing: loopback traffic never leaves the machine, so there is no network to attack it on. Everywhere
+    else it stays on unless the caller asks: for Docker Hub, `--tls-verify=false` even lets skopeo fall back to HTTP.
+    """
+    first, slash, _ = ref.partition("/")
+    if not slash or not ("." in first or ":" in first or first == "localhost"):
+        return False  # a Docker Hub name
+    host = first[1 : first.find("]")] if first.startswith("[") else first.split(":", 1)[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

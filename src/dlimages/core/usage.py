@@ -3,6 +3,8 @@ task or flag is one edit. Imports nothing of the package, so any module may read
 
 from __future__ import annotations
 
+from pathlib import Path
+
 PROGRAM = "invoke"  # `dlimages` runs the same tasks (dlimages.cli); messages name the command the README teaches
 
 
@@ -11,6 +13,7 @@ def invoke(*words: str) -> str:
     return " ".join((PROGRAM, *words))
 
 
+ENGINE_SCRIPT = Path("scripts/engine.sh")  # relative to the repository root: installs and starts the engine
 MATRIX = invoke("matrix")
 MATRIX_EXPLAIN = invoke("matrix", "--explain")
 MATRIX_JSON = invoke("matrix", "--json")

@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from dlimages.artifacts.baseslock import BaseLock
+from dlimages.artifacts.layout import cell_dir
+from dlimages.artifacts.oslock import APT_LOCK, Distro, read, stale, write
 from dlimages.core import usage
 from dlimages.core.errors import Problem
 from dlimages.core.runner import Runner
-from dlimages.generate.aptlock import APT_LOCK, Distro, ResolveError, read, resolve_on, stale, write
-from dlimages.generate.baselock import BaseLock
-from dlimages.generate.lock import cell_dir
+from dlimages.generate.aptlock import ResolveError, resolve_on
 from dlimages.model.cells import Cell
 
 

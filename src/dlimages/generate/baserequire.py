@@ -10,9 +10,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dlimages.core.references import split_tag
+from dlimages.artifacts.baseslock import BaseLock
+from dlimages.core.references import registry_is_loopback, split_tag
+from dlimages.core.registry import PLATFORM_ARCH, PLATFORM_OS, RESOLVE_TIMEOUT_S
 from dlimages.core.runner import Runner
-from dlimages.generate.baselock import PLATFORM_ARCH, PLATFORM_OS, RESOLVE_TIMEOUT_S, BaseLock, registry_is_loopback
 from dlimages.model.cells import Cell
 from dlimages.model.spec import Matrix
 

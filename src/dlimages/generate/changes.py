@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlimages.artifacts.layout import BASES_LOCK, IMAGES_DIR
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.runner import Runner
-from dlimages.generate.render import BASES_LOCK, IMAGES_DIR
 from dlimages.model.cells import Cell
 
 ASSETS = f"{IMAGES_DIR}/assets/"

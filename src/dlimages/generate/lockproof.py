@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlimages.artifacts.layout import cell_dir
+from dlimages.artifacts.pythonlock import FRAMEWORK_LOCK, LOCK, PIP_LOCK, install_flags
 from dlimages.core.runner import Runner
-from dlimages.generate.lock import FRAMEWORK_LOCK, LOCK, PIP_LOCK, cell_dir, install_flags
 from dlimages.model.cells import Cell
 
 INSTALL_TIMEOUT_S = 1800.0  # a cold cache downloads a CUDA framework's 3-5 GB of wheels

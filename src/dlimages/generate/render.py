@@ -21,25 +21,23 @@ from pathlib import Path
 
 import jinja2
 
+from dlimages.artifacts.layout import ASSETS, BASES_LOCK, IMAGES_DIR
+from dlimages.artifacts.oslock import APT_LOCK, BASE_APT_LOCK
+from dlimages.artifacts.pythonlock import COMPILE, LOCK_FILES, install_flags, installs_with_uv, lock_state, uv_install
 from dlimages.core.errors import InputError, Problem, allowed_list
 from dlimages.core.files import stage, turn
-from dlimages.generate.aptlock import APT_LOCK, BASE_APT_LOCK
 from dlimages.generate.dockerfile_rules import dockerfile_problems
-from dlimages.generate.lock import COMPILE, LOCK_FILES, install_flags, installs_with_uv, lock_state, uv_install
 from dlimages.generate.matrixdocs import DOCS, Block, blocks, splice
 from dlimages.generate.templating import TEMPLATES_DIR, environment
 from dlimages.model.cells import Cell, Expansion
 from dlimages.model.selection import flags_for
 from dlimages.model.spec import MATRIX_FILE, Matrix
 
-IMAGES_DIR = "images"
-ASSETS = "assets"  # images/assets/: what every image copies, all of it rendered
 # The in-image commands, from the package's payload/; its other dl_*.py files are the modules they import, which
 # templates/partials/shell.j2 installs beside them.
 PAYLOAD_COMMANDS = {"dl_smoke.py": "dl-smoke", "dl_bench.py": "dl-bench"}
 CELL_LOCKS = (*LOCK_FILES, APT_LOCK)  # what `invoke lock` writes into a cell's folder; render never touches them
 CELL_FILES = ("Dockerfile", "cell.json")  # what render writes into a cell's folder, beside the cell's locks
-BASES_LOCK = f"{IMAGES_DIR}/bases.lock.json"  # written by `invoke bases --lock` (baselock.py)
 RENDER_LOCK = ".work/render.lock"  # in the folder git ignores: renders take turns on it (`rendering`)
 STAGED = ".render.tmp"  # a file render wrote beside its target, not yet renamed over it; only render makes these
 EXECUTABLE = 0o755

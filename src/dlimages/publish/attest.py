@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
-from dlimages.generate.lock import normalize
+from dlimages.artifacts.pythonlock import normalize
 
 SBOM_TYPE = "cyclonedx"  # `cosign attest --type`: CycloneDX's predicate type
 PROVENANCE_TYPE = "slsaprovenance1"  # https://slsa.dev/provenance/v1

@@ -16,16 +16,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from dlimages.building.progress import (
-    Layer,
-    ProgressDisplay,
-    PushProgress,
-    is_push_output,
-    parse_diff_ids,
-    parse_history,
-    push_layers,
-)
 from dlimages.core import usage
+from dlimages.core.display import ProgressDisplay
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.imagestore import CONTAINERD, config_digest, image_store
 from dlimages.core.runner import DEFAULT, NOT_FOUND, TIMED_OUT, Result, Runner
@@ -43,6 +35,14 @@ from dlimages.publish.pushplan import (
     parse_digest,
     parse_remote_tag,
     plan_push,
+)
+from dlimages.publish.pushprogress import (
+    Layer,
+    PushProgress,
+    is_push_output,
+    parse_diff_ids,
+    parse_history,
+    push_layers,
 )
 from dlimages.publish.scratch import Scratch, untag
 from dlimages.publish.zstdpush import Archives, push_zstd

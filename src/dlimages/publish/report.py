@@ -11,12 +11,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlimages.building.progress import parse_history, push_layers
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
 from dlimages.core.runner import DEFAULT, Result, Runner
 from dlimages.publish.push import INSPECT_TIMEOUT_S, PushError
 from dlimages.publish.pushplan import PushResult
+from dlimages.publish.pushprogress import parse_history, push_layers
 
 MANIFEST_TIMEOUT_S = 300.0
 VENV_PYTHON = "/opt/venv/bin/python"

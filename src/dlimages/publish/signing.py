@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlimages.artifacts import oslock
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.references import names_registry, registry_of, split_tag
 from dlimages.core.runner import DEFAULT, Result, Runner, run_folder
 from dlimages.core.watch import Wait
-from dlimages.generate import aptlock
 from dlimages.model.spec import MATRIX_FILE, load_matrix
 from dlimages.publish import attest
 from dlimages.publish.audit import VULN_TYPE, Scan, audit
@@ -462,7 +462,7 @@ def _base_locks(root: Path, labels: Mapping[str, str]) -> list[str]:
     if labels.get("org.opencontainers.image.base.digest"):
         return []
     matrix, name = load_matrix(root / MATRIX_FILE), labels.get("org.opencontainers.image.base.name")
-    return [aptlock.base_lock_path(each) for each in aptlock.offline_bases(matrix) if matrix.os[each].image == name]
+    return [oslock.base_lock_path(each) for each in oslock.offline_bases(matrix) if matrix.os[each].image == name]
 
 
 def _builder(runner: Runner) -> dict[str, str]:

@@ -26,17 +26,17 @@ from typing import Any
 
 import pytest
 
+from dlimages.artifacts import oslock
+from dlimages.artifacts.oslock import AptLock, Deb
 from dlimages.building import aptdebs
 from dlimages.building.aptdebs import FetchError, Origin
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
-from dlimages.generate import aptlock
-from dlimages.generate.aptlock import AptLock, Deb
 
 T0 = "20261201T194500Z"
 ALLOWED = aptdebs.ORIGIN_ALLOWED
 GONE = " (gone from there: build with `--apt-from` a snapshot archive's URL, or a repository apt-repo made)"
-DEBIAN12 = aptlock.Distro.of("debian12", "debian", "bookworm")
+DEBIAN12 = oslock.Distro.of("debian12", "debian", "bookworm")
 PUBLIC = DEBIAN12.public
 
 

@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
+from dlimages.artifacts import oslock
 from dlimages.building.base import base_lock, make_base_argv, missing_bases
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
-from dlimages.generate import aptlock
 
 LOCK_TEXT = (
     "# Part: the offline Debian 12 base\n# Os: debian12 (bookworm, amd64)\n# Resolved: 20261201T000000Z\n"
     f"# Input: sha256:{'0' * 64}\napt=2.6.1 debian pool/main/a/apt/apt_2.6.1_amd64.deb 10 sha256:{'a' * 64}\n"
 )
-DEBIAN12 = aptlock.Distro.of("debian12", "debian", "bookworm")
+DEBIAN12 = oslock.Distro.of("debian12", "debian", "bookworm")
 
 
 def _root(tmp_path: Path) -> Path:
@@ -29,13 +29,13 @@ def _root(tmp_path: Path) -> Path:
 
 
 def test_the_base_is_made_from_the_flat_repository_of_its_lock(tmp_path: Path) -> None:
-    lock = aptlock.AptLock.parse(LOCK_TEXT, "lock")
+    lock = oslock.AptLock.parse(LOCK_TEXT, "lock")
     argv = make_base_argv(Path("/repo"), Path("/repo/.work/apt/repo/x"), lock, "dlimages/base:debian12", check=True)
     assert argv == [
         "bash", "/repo/scripts/make-base.sh", "--repo", "/repo/.work/apt/repo/x", "--lock-digest", lock.digest(),
         "--os", "debian12", "--suite", "bookworm", "--tag", "dlimages/base:debian12", "--check",
     ]  # fmt: skip
-    trixie = aptlock.AptLock.parse(LOCK_TEXT.replace("debian12 (bookworm", "debian13 (trixie"), "lock")
+    trixie = oslock.AptLock.parse(LOCK_TEXT.replace("debian12 (bookworm", "debian13 (trixie"), "lock")
     argv = make_base_argv(Path("/repo"), Path("/repo/x"), trixie, "dlimages/base:debian13")
     assert argv[-6:] == ["--os", "debian13", "--suite", "trixie", "--tag", "dlimages/base:debian13"]
 
@@ -108,8 +108,8 @@ def test_invoke_base_refuses_a_bad_apt_from_with_exit_2(repo_copy: Path) -> None
 
 
 def test_a_base_made_from_another_lock_than_its_own_is_made_again() -> None:
-    twelve = aptlock.AptLock.parse(LOCK_TEXT, "12")
-    thirteen = aptlock.AptLock.parse(LOCK_TEXT.replace("debian12 (bookworm", "debian13 (trixie"), "13")
+    twelve = oslock.AptLock.parse(LOCK_TEXT, "12")
+    thirteen = oslock.AptLock.parse(LOCK_TEXT.replace("debian12 (bookworm", "debian13 (trixie"), "13")
 
     def engine(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         history = f"mmdebstrap ... every package of base-debian12.apt.lock {twelve.digest()}"

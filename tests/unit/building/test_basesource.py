@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from dlimages.artifacts.baseslock import BaseLock
 from dlimages.building.basesource import (
     BaseChoice,
     BaseSource,
@@ -25,11 +26,10 @@ from dlimages.building.basesource import (
     registry_path,
     resolve,
 )
-from dlimages.building.plan import Secrets, plan_builds
+from dlimages.building.plan import Secrets, plan_builds, resolve_with_advice
 from dlimages.core.errors import InputError
 from dlimages.core.grammar import reference_problem
 from dlimages.core.runner import Runner
-from dlimages.generate.baselock import BaseLock
 from dlimages.model.cells import Cell, Expansion
 from dlimages.model.selection import flags_for
 from dlimages.model.spec import Matrix
@@ -179,7 +179,6 @@ def skopeo_runner(answers: dict[str, subprocess.CompletedProcess[str]], asked: l
 
 
 def test_resolve_asks_the_registry_once_per_base(expansion: Expansion, matrix: Matrix) -> None:
-    own = BaseSource(OWN, "--base-registry", own=True)
     name = f"{OWN}/{LOCAL_BASE}"
     choices = {
         "a": BaseChoice("a", name, resolve=True),
@@ -188,7 +187,7 @@ def test_resolve_asks_the_registry_once_per_base(expansion: Expansion, matrix: M
     }
     asked: list[str] = []
     runner = skopeo_runner({name: subprocess.CompletedProcess([], 0, D1 + "\n", "")}, asked)
-    resolved = resolve(choices, own, expansion.cells, matrix, runner)
+    resolved = resolve(choices, runner)
     assert asked == [name]
     assert [(c.name, c.digest, c.resolve) for c in resolved.values()] == [
         (name, D1, False),
@@ -201,12 +200,13 @@ def test_an_unreachable_base_registry_says_which_base_where_and_the_ways_out(
     expansion: Expansion, matrix: Matrix
 ) -> None:
     [cell] = [c for c in expansion.cells if c.bootstrap_base][-1:]
-    own = BaseSource("127.0.0.1:1/mirror", "--base-registry", own=True)
     name = f"127.0.0.1:1/mirror/{LOCAL_BASE}"
     said = 'time="x" level=fatal msg="pinging container registry 127.0.0.1:1: connect: connection refused"'
     runner = skopeo_runner({name: subprocess.CompletedProcess([], 1, "", said)}, [])
     with pytest.raises(BaseUnavailable) as caught:
-        resolve({cell.slug: BaseChoice(cell.slug, name, resolve=True)}, own, expansion.cells, matrix, runner)
+        resolve_with_advice(
+            {cell.slug: BaseChoice(cell.slug, name, resolve=True)}, runner, matrix, expansion.cells, "none"
+        )
     text = str(caught.value)
     assert text.startswith(f"error: The base image {LOCAL_BASE} cannot be pulled from the registry at 127.0.0.1:1")
     assert f"as {name}: connection refused" in text
@@ -221,7 +221,7 @@ def test_a_profile_mirror_that_fails_names_it_and_a_registry_of_ones_own(expansi
     said = 'time="x" level=fatal msg="pinging container registry hub.cloud.example.net: lookup: no such host"'
     runner = skopeo_runner({name: subprocess.CompletedProcess([], 1, "", said)}, [])
     with pytest.raises(BaseUnavailable) as caught:
-        resolve({cell.slug: choose(cell, source, BaseLock())}, source, expansion.cells, matrix, runner, "cloud")
+        resolve_with_advice({cell.slug: choose(cell, source, BaseLock())}, runner, matrix, expansion.cells, "cloud")
     text = str(caught.value)
     assert f"through mirror profile cloud's registry mirror hub.cloud.example.net/docker.io, as {name}" in text
     assert "--base-registry HOST[/PREFIX]" in text and "invoke bases.mirror --to HOST[/PREFIX]" in text

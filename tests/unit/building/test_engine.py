@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from fake_engines import DOCKER, NO_BUILDX, NOT_RUNNING, OLD, PODMAN, ROOTLESS, EngineHost
 
-from dlimages.building.engine import ENGINE_SCRIPT, EngineRefused, EngineUnavailable, ensure_engine, setup_allowed
+from dlimages.building.engine import EngineRefused, EngineUnavailable, ensure_engine, setup_allowed
 from dlimages.core.engines import Kind, Need
 from dlimages.core.runner import Runner
+from dlimages.core.usage import ENGINE_SCRIPT
 
 ROOT = Path("/repo")
 

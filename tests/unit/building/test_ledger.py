@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from dlimages.artifacts.ledger import LEDGER_FILE, Ledger
 from dlimages.building.builder import BuildResult
-from dlimages.building.ledger import LEDGER_FILE, Ledger
 from dlimages.core.errors import InputError
 from dlimages.model.cells import Expansion
 

@@ -14,15 +14,11 @@ import time
 
 import pytest
 
-from dlimages.building.progress import (
-    WIDTH,
-    BuildProgress,
+from dlimages.building.progress import BuildProgress
+from dlimages.core.display import WIDTH, ProgressDisplay, fit, format_bytes, format_duration
+from dlimages.publish.pushprogress import (
     Layer,
-    ProgressDisplay,
     PushProgress,
-    fit,
-    format_bytes,
-    format_duration,
     is_push_output,
     parse_diff_ids,
     parse_history,

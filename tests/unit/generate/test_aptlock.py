@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
+from dlimages.artifacts import oslock
+from dlimages.artifacts.oslock import APT_LOCK, AptLock, Deb, Distro
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
 from dlimages.generate import aptlock
-from dlimages.generate.aptlock import APT_LOCK, AptLock, Deb, Distro, Resolved, ResolveError
+from dlimages.generate.aptlock import Resolved, ResolveError
 
 MIRROR = "http://127.0.0.1:3142"  # a mirror's URL, never asked: apt-get is a fake here
 URLS = {"debian": f"{MIRROR}/debian", "debian-security": f"{MIRROR}/debian-security"}
@@ -49,13 +51,13 @@ CELL_DEBS = (deb("ca-certificates", "20230311"), deb("curl", "7.88.1-10+deb12u8"
 
 def base_lock(debs: Sequence[Deb] = BASE_DEBS, resolved: str = T0, distro: Distro = DEBIAN12) -> AptLock:
     return AptLock(
-        f"the offline {distro.os} base", tuple(sorted(debs)), aptlock.base_input(distro), resolved, distro.header
+        f"the offline {distro.os} base", tuple(sorted(debs)), oslock.base_input(distro), resolved, distro.header
     )
 
 
 def cell_lock(base: AptLock, packages: Sequence[str] = PACKAGES, debs: Sequence[Deb] = CELL_DEBS) -> AptLock:
     part = f"what the apt step installs on the base: {' '.join(sorted(packages))}"
-    given = aptlock.cell_input(packages, base.digest(), base.os.split()[0])
+    given = oslock.cell_input(packages, base.digest(), base.os.split()[0])
     return AptLock(part, tuple(sorted(debs)), given, base.resolved, base.os, base.digest())
 
 
@@ -118,10 +120,10 @@ def test_a_lock_without_packages_reads_back_but_one_without_its_headers_is_refus
 
 
 def test_read_is_none_for_a_missing_lock_and_an_input_error_for_an_unreadable_one(tmp_path: Path) -> None:
-    assert aptlock.read(tmp_path / "absent.lock") is None
+    assert oslock.read(tmp_path / "absent.lock") is None
     (tmp_path / "binary.lock").write_bytes(b"\xff\xfe")
     with pytest.raises(InputError, match=r"binary\.lock: cannot read"):
-        aptlock.read(tmp_path / "binary.lock")
+        oslock.read(tmp_path / "binary.lock")
 
 
 # --- digests and inputs -----------------------------------------------------------------------------------------
@@ -136,8 +138,8 @@ def test_the_digest_follows_every_package_hash() -> None:
 
 
 def test_the_base_input_is_stable() -> None:
-    given = aptlock.base_input(DEBIAN12)
-    assert given == aptlock.base_input(DEBIAN12)
+    given = oslock.base_input(DEBIAN12)
+    assert given == oslock.base_input(DEBIAN12)
     assert given.startswith("sha256:") and len(given) == len("sha256:") + 64
 
 
@@ -145,13 +147,13 @@ def test_a_cells_input_is_its_package_set_its_base_and_its_os() -> None:
     base = base_lock().digest()
 
     def cell_input(packages: Sequence[str], base: str = base, os: str = "debian12") -> str:
-        return aptlock.cell_input(packages, base, os)
+        return oslock.cell_input(packages, base, os)
 
     assert cell_input(["curl", "ca-certificates"]) == cell_input(["ca-certificates", "curl"])
     assert cell_input(["curl"]) != cell_input(["curl", "git"])
     assert cell_input(["curl"]) != cell_input(["curl"], base_lock(resolved=T1).digest())
     assert cell_input(["curl"]) != cell_input(["curl"], os="debian13")
-    assert cell_input(["curl"]) != aptlock.base_input(DEBIAN12)
+    assert cell_input(["curl"]) != oslock.base_input(DEBIAN12)
 
 
 # --- stale ------------------------------------------------------------------------------------------------------
@@ -162,44 +164,44 @@ def write_locks(root: Path, base: AptLock | None, cell: AptLock | None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for path, lock in ((root / BASE_APT_LOCK, base), (folder / APT_LOCK, cell)):
         if lock is not None:
-            aptlock.write(path, lock)
+            oslock.write(path, lock)
     return folder / APT_LOCK
 
 
 def test_missing_locks_are_stale(tmp_path: Path) -> None:
     cell = write_locks(tmp_path, None, None)
-    assert aptlock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None, DEBIAN12) == "missing"
-    assert aptlock.stale(tmp_path, cell, PACKAGES, DEBIAN12) == "missing"
+    assert oslock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None, DEBIAN12) == "missing"
+    assert oslock.stale(tmp_path, cell, PACKAGES, DEBIAN12) == "missing"
 
 
 def test_locks_written_from_their_inputs_are_up_to_date(tmp_path: Path) -> None:
     base = base_lock()
     cell = write_locks(tmp_path, base, cell_lock(base))
-    assert aptlock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None, DEBIAN12) == ""
-    assert aptlock.stale(tmp_path, cell, PACKAGES, DEBIAN12) == ""
-    assert aptlock.stale(tmp_path, cell, list(reversed(PACKAGES)), DEBIAN12) == "", "a package set has no order"
+    assert oslock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None, DEBIAN12) == ""
+    assert oslock.stale(tmp_path, cell, PACKAGES, DEBIAN12) == ""
+    assert oslock.stale(tmp_path, cell, list(reversed(PACKAGES)), DEBIAN12) == "", "a package set has no order"
 
 
 def test_a_cell_lock_on_another_base_lock_is_stale(tmp_path: Path) -> None:
     cell = write_locks(tmp_path, base_lock(), cell_lock(base_lock(resolved=T1)))
-    assert aptlock.stale(tmp_path, cell, PACKAGES, DEBIAN12) == f"resolved on another {BASE_APT_LOCK}"
+    assert oslock.stale(tmp_path, cell, PACKAGES, DEBIAN12) == f"resolved on another {BASE_APT_LOCK}"
 
 
 def test_a_cell_lock_without_a_base_lock_is_stale(tmp_path: Path) -> None:
     cell = write_locks(tmp_path, None, cell_lock(base_lock()))
-    assert aptlock.stale(tmp_path, cell, PACKAGES, DEBIAN12) == f"{BASE_APT_LOCK} is missing"
+    assert oslock.stale(tmp_path, cell, PACKAGES, DEBIAN12) == f"{BASE_APT_LOCK} is missing"
 
 
 def test_a_cell_lock_of_another_package_set_is_stale(tmp_path: Path) -> None:
     base = base_lock()
     cell = write_locks(tmp_path, base, cell_lock(base))
-    assert aptlock.stale(tmp_path, cell, [*PACKAGES, "git"], DEBIAN12) == "resolved from another package set"
+    assert oslock.stale(tmp_path, cell, [*PACKAGES, "git"], DEBIAN12) == "resolved from another package set"
 
 
 def test_a_base_lock_of_another_base_definition_is_stale(tmp_path: Path) -> None:
     old = AptLock("the offline Debian 12 base", BASE_DEBS, "sha256:" + "0" * 64, T0, OS)
     write_locks(tmp_path, old, None)
-    assert aptlock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None, DEBIAN12) == "resolved for another base definition"
+    assert oslock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None, DEBIAN12) == "resolved for another base definition"
 
 
 # --- minbase ----------------------------------------------------------------------------------------------------
@@ -255,13 +257,13 @@ def test_moved_says_what_a_relock_changed_package_by_package() -> None:
     after = base_lock(
         [BASE_DEBS[0], deb("base-files", "12.4+deb12u10"), BASE_DEBS[2], deb("dash", "0.5.12-2"), BASE_DEBS[4]]
     )
-    assert aptlock.moved(before, after) == [
+    assert oslock.moved(before, after) == [
         "base-files 12.4+deb12u9 -> 12.4+deb12u10",
         "+dash 0.5.12-2",
         "-mawk 1.3.4.20200120-3.1",
     ]
-    assert aptlock.moved(before, before) == []
-    assert aptlock.moved(None, after) == ["5 packages"]
+    assert oslock.moved(before, before) == []
+    assert oslock.moved(None, after) == ["5 packages"]
 
 
 # --- resolving through a fake apt-get ---------------------------------------------------------------------------
@@ -352,9 +354,9 @@ def test_resolve_locks_the_base_and_what_the_package_set_adds_to_it() -> None:
     assert {d.archive for d in resolved.cell.debs} == {"debian", "debian-security"}
     curl = next(d for d in resolved.cell.debs if d.name == "curl")
     assert curl.path == "pool/main/c/curl/curl_7.88.1-10+deb12u8_amd64.deb", "%2b is unquoted"
-    assert resolved.base.input == aptlock.base_input(DEBIAN12) and resolved.base.base == ""
+    assert resolved.base.input == oslock.base_input(DEBIAN12) and resolved.base.base == ""
     assert resolved.cell.base == resolved.base.digest()
-    assert resolved.cell.input == aptlock.cell_input(PACKAGES, resolved.base.digest(), "debian12")
+    assert resolved.cell.input == oslock.cell_input(PACKAGES, resolved.base.digest(), "debian12")
     assert resolved.cell.resolved == resolved.base.resolved
     assert "ca-certificates curl" in resolved.cell.part
     for lock in (resolved.base, resolved.cell):
@@ -374,7 +376,7 @@ def test_resolve_runs_apt_on_its_own_configuration_and_the_given_archives() -> N
     assert 'Dir::State::status "' in config and 'Acquire::ForceHash "SHA256";' in config
     assert f"URIs: {MIRROR}/debian\nSuites: bookworm bookworm-updates\n" in sources
     assert f"URIs: {MIRROR}/debian-security\nSuites: bookworm-security\n" in sources
-    assert sources.count(f"Signed-By: {aptlock.KEYRING}\n") == 2
+    assert sources.count(f"Signed-By: {oslock.KEYRING}\n") == 2
 
 
 def test_an_archive_is_told_from_another_whose_url_it_begins_with() -> None:
@@ -485,8 +487,8 @@ def test_first_locks_are_written_and_counted(tmp_path: Path, monkeypatch: pytest
         "  2 packages",
     ]
     for folder in cells(tmp_path):
-        assert aptlock.stale(tmp_path, folder / APT_LOCK, PACKAGES, DEBIAN12) == ""
-    assert aptlock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None, DEBIAN12) == ""
+        assert oslock.stale(tmp_path, folder / APT_LOCK, PACKAGES, DEBIAN12) == ""
+    assert oslock.stale(tmp_path, tmp_path / BASE_APT_LOCK, None, DEBIAN12) == ""
 
 
 def test_up_to_date_locks_are_neither_resolved_nor_rewritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -526,12 +528,12 @@ def test_an_upgrade_that_moves_a_base_package_rewrites_the_base_and_every_cell(
         "  libc6 2.36-9+deb12u9 -> 2.36-9+deb12u10",
         "cells' apt.lock (2 cells):",
     ]
-    base = aptlock.read(tmp_path / BASE_APT_LOCK)
+    base = oslock.read(tmp_path / BASE_APT_LOCK)
     assert base is not None and base.resolved == T1 and base.debs == tuple(sorted(newer))
     for folder in cells(tmp_path):
-        cell = aptlock.read(folder / APT_LOCK)
+        cell = oslock.read(folder / APT_LOCK)
         assert cell is not None and cell.base == base.digest() and cell.resolved == T1
-        assert aptlock.stale(tmp_path, folder / APT_LOCK, PACKAGES, DEBIAN12) == ""
+        assert oslock.stale(tmp_path, folder / APT_LOCK, PACKAGES, DEBIAN12) == ""
 
 
 def test_a_new_package_set_rewrites_every_cell_and_keeps_the_base(
@@ -549,7 +551,7 @@ def test_a_new_package_set_rewrites_every_cell_and_keeps_the_base(
     ]
     assert (tmp_path / BASE_APT_LOCK).read_bytes() == base_before
     for folder in cells(tmp_path):
-        assert aptlock.stale(tmp_path, folder / APT_LOCK, [*PACKAGES, "git"], DEBIAN12) == ""
+        assert oslock.stale(tmp_path, folder / APT_LOCK, [*PACKAGES, "git"], DEBIAN12) == ""
 
 
 def test_a_package_set_the_base_already_holds_gives_a_cell_lock_that_reads_back() -> None:
@@ -563,8 +565,8 @@ def test_a_package_set_the_base_already_holds_gives_a_cell_lock_that_reads_back(
 
 def test_the_debian12_base_input_is_the_one_its_lock_was_resolved_from() -> None:
     # Made for any release now, it must not make the Debian 12 lock stale (nor move its image ID).
-    assert aptlock.base_input(DEBIAN12) == "sha256:989987ca5d9a8c739673f6b2621b3bcc27c3fd2b9c86d15dca33f5ca97dde7e5"
-    assert aptlock.base_input(DEBIAN13) != aptlock.base_input(DEBIAN12)
+    assert oslock.base_input(DEBIAN12) == "sha256:989987ca5d9a8c739673f6b2621b3bcc27c3fd2b9c86d15dca33f5ca97dde7e5"
+    assert oslock.base_input(DEBIAN13) != oslock.base_input(DEBIAN12)
 
 
 def test_a_debian_release_resolves_from_its_own_suites_into_locks_that_name_it() -> None:
@@ -575,9 +577,9 @@ def test_a_debian_release_resolves_from_its_own_suites_into_locks_that_name_it()
     assert f"URIs: {MIRROR}/debian-security\nSuites: trixie-security\n" in sources
     assert resolved.base.os == resolved.cell.os == "debian13 (trixie, amd64)"
     assert resolved.base.part == "the offline debian13 base (mmdebstrap --variant=minbase)"
-    assert resolved.base.input == aptlock.base_input(DEBIAN13)
-    assert resolved.cell.input == aptlock.cell_input(PACKAGES, resolved.base.digest(), "debian13")
-    assert aptlock.distro_of(AptLock.parse(resolved.base.text(), "x")) == DEBIAN13
+    assert resolved.base.input == oslock.base_input(DEBIAN13)
+    assert resolved.cell.input == oslock.cell_input(PACKAGES, resolved.base.digest(), "debian13")
+    assert oslock.distro_of(AptLock.parse(resolved.base.text(), "x")) == DEBIAN13
     # minbase from trixie's own index: its required packages are asked for
     assert next(call for call in apt.calls if call[1] == "install")[-4:] == [
         "base-files",
@@ -602,11 +604,11 @@ def test_each_offline_base_has_a_lock_of_its_own_and_its_cells_stand_on_it(
         "cells' apt.lock (1 cells):",
         "  2 packages",
     ]
-    base = aptlock.read(tmp_path / aptlock.base_lock_path("debian13"))
-    assert base is not None and base.os == "debian13 (trixie, amd64)" and base.input == aptlock.base_input(DEBIAN13)
-    assert aptlock.stale(tmp_path, thirteen, PACKAGES, DEBIAN13) == ""
-    assert aptlock.stale(tmp_path, twelve, PACKAGES, DEBIAN13) == "resolved on another images/base-debian13.apt.lock"
-    assert aptlock.stale(tmp_path, thirteen, PACKAGES, DEBIAN12) == f"resolved on another {BASE_APT_LOCK}"
+    base = oslock.read(tmp_path / oslock.base_lock_path("debian13"))
+    assert base is not None and base.os == "debian13 (trixie, amd64)" and base.input == oslock.base_input(DEBIAN13)
+    assert oslock.stale(tmp_path, thirteen, PACKAGES, DEBIAN13) == ""
+    assert oslock.stale(tmp_path, twelve, PACKAGES, DEBIAN13) == "resolved on another images/base-debian13.apt.lock"
+    assert oslock.stale(tmp_path, thirteen, PACKAGES, DEBIAN12) == f"resolved on another {BASE_APT_LOCK}"
     assert (tmp_path / BASE_APT_LOCK).read_bytes() == before  # Debian 12's lock is not touched
     assert aptlock.lock_os(tmp_path, DEBIAN12, [twelve.parent], PACKAGES, URLS, runner, upgrade=False) == [
         f"OS package locks: up to date ({BASE_APT_LOCK} and 1 cells)"
@@ -620,6 +622,6 @@ def test_the_offline_bases_are_the_oses_with_bootstrap(data: dict[str, Any], par
         "python": "3.13",
         "image": "dlimages/base:debian13",
     }
-    assert aptlock.offline_bases(parse(data)) == {"debian12": DEBIAN12, "debian13": DEBIAN13}
+    assert oslock.offline_bases(parse(data)) == {"debian12": DEBIAN12, "debian13": DEBIAN13}
     data["os"]["debian13"]["bootstrap"] = False
-    assert aptlock.offline_bases(parse(data)) == {"debian12": DEBIAN12}
+    assert oslock.offline_bases(parse(data)) == {"debian12": DEBIAN12}

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
+from dlimages.artifacts import oslock
+from dlimages.artifacts.baseslock import BaseLock
+from dlimages.artifacts.layout import cell_dir
+from dlimages.artifacts.oslock import APT_LOCK, AptLock, Deb, Distro
 from dlimages.building import aptdebs
 from dlimages.core.runner import Runner
 from dlimages.generate import aptlock, aptpulled
-from dlimages.generate.aptlock import APT_LOCK, AptLock, Deb, Distro
-from dlimages.generate.baselock import BaseLock
-from dlimages.generate.lock import cell_dir
 from dlimages.model.cells import Cell
 
 DIGEST = "sha256:" + "b" * 64
@@ -88,7 +89,7 @@ def test_an_ubuntu_release_resolves_from_its_archive_with_its_keyring_and_every_
     assert lock.debs == DEBS
     assert lock.base == f"{JAMMY}@{DIGEST}" and lock.os == "ubuntu22.04 (jammy, amd64)"
     again = AptLock.parse(lock.text(), "apt.lock")
-    assert again == lock and again.codename == "jammy" and aptlock.distro_of(again) == jammy
+    assert again == lock and again.codename == "jammy" and oslock.distro_of(again) == jammy
 
 
 def test_only_cells_on_a_base_recorded_by_digest_are_locked(tmp_path: Path, real_expansion: Any) -> None:
@@ -103,7 +104,7 @@ def test_only_cells_on_a_base_recorded_by_digest_are_locked(tmp_path: Path, real
     ref = f"{JAMMY}@{DIGEST}"
     assert tools.calls[0] == ["docker", "run", "--rm", "--entrypoint", "cat", ref, "/var/lib/dpkg/status"]
     for cell in chosen:
-        assert aptlock.stale(tmp_path, cell_dir(tmp_path, cell) / APT_LOCK, PACKAGES, ("ubuntu22.04", ref)) == ""
+        assert oslock.stale(tmp_path, cell_dir(tmp_path, cell) / APT_LOCK, PACKAGES, ("ubuntu22.04", ref)) == ""
     assert aptpulled.pulled_problems(tmp_path, chosen, PACKAGES, recorded) == []
     # up to date: the base is not even read again
     calls = len(tools.calls)

@@ -13,22 +13,13 @@ from typing import Any
 
 import pytest
 
+from dlimages.artifacts.baseslock import COMMENT, COMMENT_KEY, LOCK_FILE, MAX_LOCK_BYTES, BaseLock, pulled_bases
 from dlimages.core import files
 from dlimages.core.errors import InputError
+from dlimages.core.references import registry_is_loopback
+from dlimages.core.registry import Resolved, resolve_digest, skopeo_argv
 from dlimages.core.runner import Runner
-from dlimages.generate.baselock import (
-    COMMENT,
-    COMMENT_KEY,
-    LOCK_FILE,
-    MAX_LOCK_BYTES,
-    BaseLock,
-    Resolved,
-    pulled_bases,
-    refresh,
-    registry_is_loopback,
-    resolve_digest,
-    skopeo_argv,
-)
+from dlimages.generate.baselock import refresh
 from dlimages.model.cells import Cell, Expansion
 
 REPO = Path(__file__).resolve().parents[3]

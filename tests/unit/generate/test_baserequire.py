@@ -8,9 +8,9 @@ import json
 import subprocess
 from typing import Any
 
+from dlimages.artifacts.baseslock import BaseLock
 from dlimages.core.runner import Runner
 from dlimages.generate import baserequire
-from dlimages.generate.baselock import BaseLock
 from dlimages.model.cells import Expansion
 from dlimages.model.spec import Matrix
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from dlimages.artifacts.pythonlock import lock_state
 from dlimages.core.errors import InputError
 from dlimages.generate import matrixdocs
-from dlimages.generate.lock import lock_state
 from dlimages.generate.matrixdocs import MATRIX_PAGE, PROVISIONING, Block, splice
 from dlimages.generate.project import Project
 from dlimages.generate.render import render_documents, stale_documents

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from dlimages.artifacts import layout, pythonlock
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
 from dlimages.generate import lock
@@ -83,12 +84,12 @@ def pypi_cell(cell: Callable[[str, str], Cell]) -> Cell:
     return cell(*PYPI_CELL)
 
 
-def names(pins: Sequence[lock.Pin]) -> list[str]:
+def names(pins: Sequence[pythonlock.Pin]) -> list[str]:
     return [pin.name for pin in pins]
 
 
 def test_uv_output_is_read_pin_by_pin_with_who_required_each() -> None:
-    pins = lock.parse_compiled(UV_OUTPUT)
+    pins = pythonlock.parse_compiled(UV_OUTPUT)
     assert len(pins) == 13
     by_name = {pin.name: pin for pin in pins}
     assert by_name["filelock"].parents == ("torch", "triton")
@@ -99,8 +100,8 @@ def test_uv_output_is_read_pin_by_pin_with_who_required_each() -> None:
 
 
 def test_the_framework_slice_is_the_framework_and_everything_it_pulls_in() -> None:
-    pins = lock.parse_compiled(UV_OUTPUT)
-    wanted = lock.closure(pins, ["torch", "torchvision", "torchaudio"])
+    pins = pythonlock.parse_compiled(UV_OUTPUT)
+    wanted = pythonlock.closure(pins, ["torch", "torchvision", "torchaudio"])
     assert wanted == {
         "torch", "torchvision", "torchaudio", "filelock", "numpy", "sympy", "mpmath", "triton", "typing-extensions"
     }  # fmt: skip
@@ -108,25 +109,25 @@ def test_the_framework_slice_is_the_framework_and_everything_it_pulls_in() -> No
 
 
 def test_lock_files_are_three_slices_of_one_resolution_each_naming_its_input(pypi_cell: Cell) -> None:
-    locked = lock.lock_input(pypi_cell, PIP)
-    files = lock.lock_files(pypi_cell, locked, lock.parse_compiled(UV_OUTPUT), "uv 0.13.9")
+    locked = pythonlock.lock_input(pypi_cell, PIP)
+    files = pythonlock.lock_files(pypi_cell, locked, pythonlock.parse_compiled(UV_OUTPUT), "uv 0.13.9")
     assert set(files) == {"requirements.lock", "framework.lock", "pip.lock"}
     for text in files.values():
         assert f"# Input: {locked.digest()}\n" in text
         assert "invoke lock --cuda 12.1 --torch 2.1.2 --python 3.10 --flavor runtime" in text
         assert "uv 0.13.9" in text
-    assert names(lock.parse_compiled(files["requirements.lock"])) == names(lock.parse_compiled(UV_OUTPUT))
-    assert names(lock.parse_compiled(files["pip.lock"])) == ["pip", "setuptools"]
-    framework = names(lock.parse_compiled(files["framework.lock"]))
+    assert names(pythonlock.parse_compiled(files["requirements.lock"])) == names(pythonlock.parse_compiled(UV_OUTPUT))
+    assert names(pythonlock.parse_compiled(files["pip.lock"])) == ["pip", "setuptools"]
+    framework = names(pythonlock.parse_compiled(files["framework.lock"]))
     assert "torch" in framework and "jupyterlab" not in framework and "pip" not in framework
 
 
 def test_the_input_digest_moves_with_every_pin_python_and_index_and_nothing_else(
     expansion: Expansion, pypi_cell: Cell
 ) -> None:
-    base = lock.lock_input(pypi_cell, PIP)
-    assert lock.lock_input(pypi_cell, PIP).digest() == base.digest()
-    assert lock.lock_input(pypi_cell, "24.3.2").digest() != base.digest()
+    base = pythonlock.lock_input(pypi_cell, PIP)
+    assert pythonlock.lock_input(pypi_cell, PIP).digest() == base.digest()
+    assert pythonlock.lock_input(pypi_cell, "24.3.2").digest() != base.digest()
     moved = [
         base.__class__(
             tuple(r.replace("numpy==1.24.4", "numpy==1.24.3") for r in base.requirements), base.roots, "3.10"
@@ -137,13 +138,14 @@ def test_the_input_digest_moves_with_every_pin_python_and_index_and_nothing_else
     assert len({m.digest() for m in moved} | {base.digest()}) == 4
     # Cells differing in more than their flavor (runtime/devel install the same packages) have inputs of their own.
     digests = {
-        (c.framework, c.framework_version, c.cuda, c.python): lock.lock_input(c, PIP).digest() for c in expansion.cells
+        (c.framework, c.framework_version, c.cuda, c.python): pythonlock.lock_input(c, PIP).digest()
+        for c in expansion.cells
     }
     assert len(set(digests.values())) == len(digests)
 
 
 def test_the_input_holds_pip_the_framework_and_the_package_set(pypi_cell: Cell) -> None:
-    locked = lock.lock_input(pypi_cell, PIP)
+    locked = pythonlock.lock_input(pypi_cell, PIP)
     assert locked.requirements[:2] == ("pip==24.3.1", "setuptools")
     assert "torch==2.1.2" in locked.requirements
     assert all(f"{n}=={v}" in locked.requirements for n, v in pypi_cell.packages)
@@ -151,44 +153,48 @@ def test_the_input_holds_pip_the_framework_and_the_package_set(pypi_cell: Cell) 
 
 
 def write_state(root: Path, cell: Cell, files: dict[str, str]) -> None:
-    folder = lock.cell_dir(root, cell)
+    folder = layout.cell_dir(root, cell)
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (folder / name).write_text(text)
 
 
 def test_lock_state_tells_locked_stale_broken_and_unlocked(tmp_path: Path, pypi_cell: Cell) -> None:
-    assert lock.lock_state(tmp_path, pypi_cell, PIP).status == "unlocked"
-    files = lock.lock_files(pypi_cell, lock.lock_input(pypi_cell, PIP), lock.parse_compiled(UV_OUTPUT), "uv 0.13.9")
+    assert pythonlock.lock_state(tmp_path, pypi_cell, PIP).status == "unlocked"
+    files = pythonlock.lock_files(
+        pypi_cell, pythonlock.lock_input(pypi_cell, PIP), pythonlock.parse_compiled(UV_OUTPUT), "uv 0.13.9"
+    )
     write_state(tmp_path, pypi_cell, files)
-    assert lock.lock_state(tmp_path, pypi_cell, PIP).status == "locked"
-    assert lock.lock_state(tmp_path, pypi_cell, "24.3.2").status == "stale"
-    (lock.cell_dir(tmp_path, pypi_cell) / "pip.lock").unlink()
-    broken = lock.lock_state(tmp_path, pypi_cell, PIP)
+    assert pythonlock.lock_state(tmp_path, pypi_cell, PIP).status == "locked"
+    assert pythonlock.lock_state(tmp_path, pypi_cell, "24.3.2").status == "stale"
+    (layout.cell_dir(tmp_path, pypi_cell) / "pip.lock").unlink()
+    broken = pythonlock.lock_state(tmp_path, pypi_cell, PIP)
     assert broken.status == "broken" and "pip.lock missing" in broken.detail
     write_state(tmp_path, pypi_cell, {"pip.lock": "pip==24.3.1 \\\n    --hash=sha256:ffff\n"})
-    assert "no `# Input:` line" in lock.lock_state(tmp_path, pypi_cell, PIP).detail
+    assert "no `# Input:` line" in pythonlock.lock_state(tmp_path, pypi_cell, PIP).detail
 
 
 def test_check_fails_on_stale_and_missing_pypi_locks_but_not_on_index_cells(
     tmp_path: Path, cell: Callable[[str, str], Cell], pypi_cell: Cell
 ) -> None:
     index_cell = cell(*INDEX_CELL)
-    problems = lock.lock_problems(tmp_path, [pypi_cell, index_cell], PIP)
+    problems = pythonlock.lock_problems(tmp_path, [pypi_cell, index_cell], PIP)
     assert [p.where for p in problems] == [f"images/pytorch/{PYPI_CELL[1]}"]
     assert "every package comes from PyPI" in problems[0].message
     assert "invoke lock --cuda 12.1 --torch 2.1.2 --python 3.10 --flavor runtime" in problems[0].message
-    files = lock.lock_files(pypi_cell, lock.lock_input(pypi_cell, PIP), lock.parse_compiled(UV_OUTPUT), "uv 0.13.9")
+    files = pythonlock.lock_files(
+        pypi_cell, pythonlock.lock_input(pypi_cell, PIP), pythonlock.parse_compiled(UV_OUTPUT), "uv 0.13.9"
+    )
     write_state(tmp_path, pypi_cell, files)
-    assert lock.lock_problems(tmp_path, [pypi_cell, index_cell], PIP) == []
-    [stale] = lock.lock_problems(tmp_path, [pypi_cell], "24.3.2")
+    assert pythonlock.lock_problems(tmp_path, [pypi_cell, index_cell], PIP) == []
+    [stale] = pythonlock.lock_problems(tmp_path, [pypi_cell], "24.3.2")
     assert "the lock is stale" in stale.message and "invoke lock --cuda 12.1" in stale.message
 
 
 def test_uv_is_asked_for_the_cells_python_and_platform_with_hashes_and_wheels_only(
     pypi_cell: Cell, cell: Callable[[str, str], Cell]
 ) -> None:
-    argv = lock.compile_argv(lock.lock_input(pypi_cell, PIP), Path("in.txt"), Path("out.lock"), ["jupyterlab"])
+    argv = lock.compile_argv(pythonlock.lock_input(pypi_cell, PIP), Path("in.txt"), Path("out.lock"), ["jupyterlab"])
     text = " ".join(argv)
     for expected in (
         "--python-version 3.10",
@@ -201,7 +207,7 @@ def test_uv_is_asked_for_the_cells_python_and_platform_with_hashes_and_wheels_on
     ):
         assert expected in text
     assert "--extra-index-url" not in text and "--index-strategy" not in text
-    index = lock.compile_argv(lock.lock_input(cell(*INDEX_CELL), PIP), Path("i"), Path("o"))
+    index = lock.compile_argv(pythonlock.lock_input(cell(*INDEX_CELL), PIP), Path("i"), Path("o"))
     assert index[index.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu118"
     # A package PyTorch's index has comes from it alone (PyTorch's `--index-url`), whatever UV_INDEX_STRATEGY says.
     assert index[index.index("--index-strategy") + 1] == "first-index"
@@ -234,7 +240,7 @@ def test_a_resolution_writes_the_lock_and_says_so(tmp_path: Path, pypi_cell: Cel
     output = UV_OUTPUT + "".join(f"{pin} \\\n    --hash=sha256:99\n" for pin in package_set)
     [result] = lock.lock_cells(tmp_path, [pypi_cell], PIP, fake_uv(output), say=said.append)
     assert result.ok, result.problem
-    assert lock.lock_state(tmp_path, pypi_cell, PIP).status == "locked"
+    assert pythonlock.lock_state(tmp_path, pypi_cell, PIP).status == "locked"
     # uv runs in its scratch folder on relative names: no temporary path reaches the committed lock.
     assert all(not Path(word).is_absolute() for word in calls[-1][3:6]) and "requirements.in" in calls[-1]
     assert said[0].startswith(f"locked {PYPI_CELL[1]}: 22 packages in ")
@@ -246,7 +252,7 @@ def test_a_resolution_that_hangs_is_stopped_and_names_the_requirements(tmp_path:
     assert not result.ok
     assert "did not resolve within 5 s" in result.problem and "numpy==1.24.4" in result.problem
     assert said[0].startswith(f"NOT locked {PYPI_CELL[1]}")
-    assert lock.lock_state(tmp_path, pypi_cell, PIP).status == "unlocked", "nothing written for a failed cell"
+    assert pythonlock.lock_state(tmp_path, pypi_cell, PIP).status == "unlocked", "nothing written for a failed cell"
 
 
 def test_uvs_own_explanation_of_a_conflict_is_passed_on(tmp_path: Path, pypi_cell: Cell) -> None:
@@ -317,7 +323,9 @@ def test_a_locked_pypi_cell_installs_its_framework_and_package_set_with_uv(
     """uv from the build context `uv`, the same hash-checked flags as pip, bytecode compiled after it, the CA and the
     mirror's index pip would use; pip itself (pip.lock) still installs first, and `pip check` still runs last."""
     locked = render_cell(environment(repo_copy), matrix, pypi_cell, locked=True)
-    steps = {name: next(step for step in locked.split("\nRUN ") if f"/mnt/{name}" in step) for name in lock.LOCK_FILES}
+    steps = {
+        name: next(step for step in locked.split("\nRUN ") if f"/mnt/{name}" in step) for name in pythonlock.LOCK_FILES
+    }
     uv = "setpriv --reuid=1000 --regid=1000 --clear-groups /mnt/uv pip install --python /opt/venv/bin/python"
     for name in ("framework.lock", "requirements.lock"):
         step = steps[name]
@@ -344,8 +352,8 @@ def test_a_locked_pypi_cell_installs_its_framework_and_package_set_with_uv(
 
 def test_uv_is_for_locks_from_one_index_only(matrix: Matrix, pypi_cell: Cell) -> None:
     torch_index = next(cell for cell in expand(matrix).cells if cell.install.index_url)
-    assert lock.installs_with_uv(pypi_cell, True) and not lock.installs_with_uv(pypi_cell, False)
-    assert not lock.installs_with_uv(torch_index, True)  # pip: the hash, not the first index, picks each file
+    assert pythonlock.installs_with_uv(pypi_cell, True) and not pythonlock.installs_with_uv(pypi_cell, False)
+    assert not pythonlock.installs_with_uv(torch_index, True)  # pip: the hash, not the first index, picks each file
 
 
 def test_render_keeps_the_locks_and_renders_locked_cells_from_them(repo_copy: Path, pypi_cell: Cell) -> None:
@@ -353,12 +361,14 @@ def test_render_keeps_the_locks_and_renders_locked_cells_from_them(repo_copy: Pa
     project.write_rendered()
     dockerfile = repo_copy / pypi_cell.dockerfile
     assert "NOT LOCKED" in dockerfile.read_text()
-    files = lock.lock_files(pypi_cell, lock.lock_input(pypi_cell, PIP), lock.parse_compiled(UV_OUTPUT), "uv 0.13.9")
+    files = pythonlock.lock_files(
+        pypi_cell, pythonlock.lock_input(pypi_cell, PIP), pythonlock.parse_compiled(UV_OUTPUT), "uv 0.13.9"
+    )
     write_state(repo_copy, pypi_cell, files)
     changed, _ = project.write_rendered()
     assert changed == [f"wrote {pypi_cell.dockerfile}"]
     assert "--require-hashes" in dockerfile.read_text()
-    assert (lock.cell_dir(repo_copy, pypi_cell) / "requirements.lock").read_text() == files["requirements.lock"]
+    assert (layout.cell_dir(repo_copy, pypi_cell) / "requirements.lock").read_text() == files["requirements.lock"]
     assert project.check_rendered() > 0
 
 

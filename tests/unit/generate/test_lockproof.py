@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from dlimages.artifacts.layout import cell_dir
+from dlimages.artifacts.pythonlock import FRAMEWORK_LOCK, LOCK, PIP_LOCK
 from dlimages.core.runner import Runner
 from dlimages.generate import lockproof
-from dlimages.generate.lock import FRAMEWORK_LOCK, LOCK, PIP_LOCK, cell_dir
 from dlimages.model.cells import Cell
 
 TORCH_CELL = ("pytorch", "cuda12.1-torch2.1.2-py3.10-runtime")

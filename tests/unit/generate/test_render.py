@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from dlimages.artifacts.pythonlock import LOCK_FILES
 from dlimages.core.errors import InputError
 from dlimages.generate.dockerfile_rules import dockerfile_problems
-from dlimages.generate.lock import LOCK_FILES
 from dlimages.generate.project import Project
 from dlimages.generate.render import (
     GeneratedFile,

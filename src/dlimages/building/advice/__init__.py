@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dlimages.building.advice.base import MIRROR_BASES, Route, base_failure, base_not_pullable, offline_cell
+from dlimages.building.advice.base import (
+    MIRROR_BASES,
+    Route,
+    base_failure,
+    base_not_pullable,
+    bases_unavailable,
+    offline_cell,
+)
 from dlimages.building.advice.diagnosis import Attempt, Diagnosis, Kind, Remedies
 from dlimages.building.advice.machine import machine_failure
 from dlimages.building.advice.network import PYPI_INDEX, network_events, network_failure
@@ -43,6 +50,7 @@ __all__ = [
     "Route",
     "Trouble",
     "base_not_pullable",
+    "bases_unavailable",
     "diagnose",
     "offline_cell",
 ]

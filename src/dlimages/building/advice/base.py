@@ -4,7 +4,7 @@ registry of one's own, a cell on the base made here)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from dlimages.building.advice.diagnosis import Attempt, Diagnosis, Remedies
@@ -13,6 +13,7 @@ from dlimages.core import usage
 from dlimages.core.references import split_tag
 from dlimages.model.cells import BASE, HUB, PYPI, Cell, need_words
 from dlimages.model.selection import flags_for, nearest_without
+from dlimages.model.spec import Matrix
 from dlimages.payload.dl_stack import FRAMEWORKS
 
 MIRROR_BASES = usage.BASES_MIRROR  # the task that copies every base into a team's own registry, once
@@ -40,6 +41,20 @@ def base_failure(step: Step, attempt: Attempt, remedies: Remedies) -> Diagnosis 
     if ref is None or why is None:
         return None
     return base_not_pullable(ref, why, attempt, remedies)
+
+
+def bases_unavailable(
+    failed: Mapping[str, tuple[str, str]], matrix: Matrix, cells: Sequence[Cell], profile: str
+) -> str:
+    """The ways out for bases a build cannot pull (name -> its cell's slug and what the registry said), one `error:`
+    paragraph each (`cells`: the matrix's cells, to offer one on the offline base)."""
+    by_slug = {cell.slug: cell for cell in cells}
+    remedies = Remedies.from_matrix(matrix, cells)
+    said = [
+        base_not_pullable(name, problem, Attempt(by_slug.get(slug), profile, base_image=name), remedies).advice
+        for name, (slug, problem) in failed.items()
+    ]
+    return "\n".join(f"error: {text}" for text in said)
 
 
 def base_not_pullable(ref: str, error: str, attempt: Attempt, remedies: Remedies) -> Diagnosis:

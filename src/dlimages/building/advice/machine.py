@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 from dlimages.building.advice.diagnosis import Diagnosis
 from dlimages.building.advice.reading import evidence_of
-from dlimages.building.engine import ENGINE_SCRIPT
 from dlimages.core import usage
+from dlimages.core.usage import ENGINE_SCRIPT
 
 
 def machine_failure(output: Sequence[str]) -> Diagnosis | None:

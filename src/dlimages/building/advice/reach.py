@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from dlimages.building.advice.network import PYPI_INDEX
 from dlimages.building.advice.reading import reason
 from dlimages.core import usage
-from dlimages.generate.baselock import registry_is_loopback
+from dlimages.core.references import registry_is_loopback
 from dlimages.model.cells import BASE, HUB, INDEX_SUFFIX, PYPI, Cell, need_words
 
 PROBE_TIMEOUT_S = 3.0  # one request; all of them run at once, so this is about the whole wait too

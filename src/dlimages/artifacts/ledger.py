@@ -7,13 +7,26 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from dlimages.building.builder import BuildResult
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
+from dlimages.model.cells import Cell
 
 LEDGER_FILE = Path(".work/builds.json")
+
+
+class Built(Protocol):
+    """A build's result as the ledger keeps it (building.builder's BuildResult)."""
+
+    @property
+    def cell(self) -> Cell: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def image_id(self) -> str | None: ...
+    @property
+    def local_id(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -27,7 +40,7 @@ class Entry:
     local_id: str | None = None  # what the engine names it (the manifest digest on the containerd store)
 
     @classmethod
-    def of(cls, result: BuildResult) -> Entry:
+    def of(cls, result: Built) -> Entry:
         return cls(result.cell.slug, result.cell.refs, result.ok, result.image_id, result.local_id)
 
 
@@ -51,7 +64,7 @@ class Ledger:
                 [Problem(str(LEDGER_FILE), f"is not a build ledger ({error})", "delete it and build again")]
             ) from None
 
-    def record(self, results: Iterable[BuildResult]) -> None:
+    def record(self, results: Iterable[Built]) -> None:
         """Keep each built cell's latest result (a rebuild replaces the cell's entry, others stay)."""
         known = {entry.cell: entry for entry in self.entries()}
         known.update({entry.cell: entry for entry in map(Entry.of, results)})
