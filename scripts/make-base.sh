@@ -3,8 +3,8 @@
 # image config (dlimages.building.imagearchive) and `docker load` it as the base image that the generated Dockerfiles
 # start FROM. `invoke base` runs it, once for each OS of matrix.yaml with `bootstrap`.
 #
-# Usage: scripts/make-base.sh --repo DIR --lock-digest DIGEST --os NAME --suite CODENAME --tag TAG [--out DIR]
-#                             [--epoch SECONDS] [--check]
+# Usage: scripts/make-base.sh --repo DIR --lock-digest DIGEST --os NAME --suite CODENAME --tag TAG
+#                             --archive URL --security-archive URL [--out DIR] [--epoch SECONDS] [--check]
 #   --repo     flat repository holding exactly the packages of images/base-NAME.apt.lock (required;
 #              `invoke base` fetches them, each checked against its SHA256, and indexes them with dpkg-scanpackages)
 #   --lock-digest  the lock's digest (sha256:...), written into the image's history: a build sees a base made
@@ -12,6 +12,8 @@
 #   --os       matrix.yaml's name of the OS (debian12, debian13): names the lock and the files (required)
 #   --suite    its Debian suite (bookworm, trixie; required)
 #   --tag      image to load as (required: matrix.yaml's `image` of the OS, dlimages/base:debian12)
+#   --archive, --security-archive  the image's own apt sources: Debian's public archive and its security archive
+#              (required; never this machine's mirror)
 #   --out      where the tarball and the archive go (default .work/base)
 #   --epoch    SOURCE_DATE_EPOCH (default 1747699200 = 2025-05-20T00:00:00Z)
 #   --check    build the tarball twice and fail unless both tarballs and both image IDs are identical
@@ -33,6 +35,8 @@ epoch=1747699200
 check=0
 repo=""
 lock_digest=""
+archive=""
+security_archive=""
 python=python3
 while (($#)); do
     case "$1" in
@@ -44,6 +48,8 @@ while (($#)); do
         --check) check=1; shift ;;
         --repo) repo="${2:?--repo needs a folder}"; shift 2 ;;
         --lock-digest) lock_digest="${2:?--lock-digest needs a value}"; shift 2 ;;
+        --archive) archive="${2:?--archive needs a URL}"; shift 2 ;;
+        --security-archive) security_archive="${2:?--security-archive needs a URL}"; shift 2 ;;
         --python) python="${2:?--python needs a program}"; shift 2 ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) printf 'make-base.sh: unknown argument %q (try --help)\n' "$1" >&2; exit 2 ;;
@@ -73,11 +79,10 @@ repo="$(cd "$repo" && pwd)"
 # --variant=minbase, which picks packages by the Priority the index gives them, and an index made from the .deb
 # files has their own field, not the archive's (apt itself is "important" there).
 include="$(sed -n 's/^Package: //p' "$repo/Packages" | sort -u | paste -sd, -)"
-# The image's own apt sources: Debian's public archives as dlimages.generate.aptlock.DEBIAN_PUBLIC names them (never
-# this machine's mirror: the image must not depend on where it was made), for its suite.
-read -r DLI_MIRROR DLI_SECURITY_MIRROR < <("$python" -c 'from dlimages.generate.aptlock import DEBIAN_PUBLIC as d; print(d["debian"], d["debian-security"])') ||
-    die "cannot read Debian's public archives from the dlimages package"
-export DLI_MIRROR DLI_SECURITY_MIRROR DLI_SUITE="$suite"
+# The image's own apt sources: Debian's public archives as `invoke base` passes them (--archive, --security-archive;
+# never this machine's mirror: the image must not depend on where it was made), for its suite.
+[[ -n "$archive" && -n "$security_archive" ]] || die "--archive and --security-archive are required (invoke base passes them)"
+export DLI_MIRROR="$archive" DLI_SECURITY_MIRROR="$security_archive" DLI_SUITE="$suite"
 log "packages: the $(tr , '\n' <<<"$include" | wc -l) of the lock, from $repo"
 
 mkdir -p "$out"

@@ -35,11 +35,13 @@ def base_lock(
 
 
 def make_base_argv(root: Path, repo: Path, lock: oslock.AptLock, image: str, *, check: bool = False) -> list[str]:
-    """The command that makes the base `image` from the flat repository `repo` of `lock`'s packages (its OS and
-    suite from the lock)."""
+    """The command that makes the base `image` from the flat repository `repo` of `lock`'s packages (its OS, suite and
+    public archives from the lock)."""
     distro = oslock.distro_of(lock)
     argv = ["bash", str(root / MAKE_BASE), "--repo", str(repo), "--lock-digest", lock.digest()]
     argv += ["--os", distro.os, "--suite", distro.codename, "--tag", image]
+    # The image's own apt sources: the distribution's public archives, never this machine's mirror.
+    argv += ["--archive", distro.public["debian"], "--security-archive", distro.public["debian-security"]]
     return [*argv, "--check"] if check else argv
 
 

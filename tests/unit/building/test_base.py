@@ -33,11 +33,13 @@ def test_the_base_is_made_from_the_flat_repository_of_its_lock(tmp_path: Path) -
     argv = make_base_argv(Path("/repo"), Path("/repo/.work/apt/repo/x"), lock, "dlimages/base:debian12", check=True)
     assert argv == [
         "bash", "/repo/scripts/make-base.sh", "--repo", "/repo/.work/apt/repo/x", "--lock-digest", lock.digest(),
-        "--os", "debian12", "--suite", "bookworm", "--tag", "dlimages/base:debian12", "--check",
+        "--os", "debian12", "--suite", "bookworm", "--tag", "dlimages/base:debian12",
+        "--archive", oslock.DEBIAN_PUBLIC["debian"], "--security-archive", oslock.DEBIAN_PUBLIC["debian-security"],
+        "--check",
     ]  # fmt: skip
     trixie = oslock.AptLock.parse(LOCK_TEXT.replace("debian12 (bookworm", "debian13 (trixie"), "lock")
     argv = make_base_argv(Path("/repo"), Path("/repo/x"), trixie, "dlimages/base:debian13")
-    assert argv[-6:] == ["--os", "debian13", "--suite", "trixie", "--tag", "dlimages/base:debian13"]
+    assert argv[-10:-4] == ["--os", "debian13", "--suite", "trixie", "--tag", "dlimages/base:debian13"]
 
 
 def test_the_bases_packages_come_from_the_hosts_mirror_else_debians_own(tmp_path: Path) -> None:
