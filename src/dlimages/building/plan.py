@@ -15,7 +15,7 @@ from dlimages.artifacts.baseslock import LOCK_FILE as BASES_LOCK_FILE
 from dlimages.artifacts.baseslock import BaseLock
 from dlimages.artifacts.layout import IMAGES_DIR
 from dlimages.artifacts.pythonlock import installs_with_uv, lock_state
-from dlimages.building import advice, aptdebs, basesource
+from dlimages.building import aptdebs, basesource
 from dlimages.building.basesource import BaseChoice, BaseSource, choose, choose_all
 from dlimages.building.mirrors import MirrorArgs, resolve
 from dlimages.core import usage
@@ -310,34 +310,20 @@ def plan_run(
     *,
     workdir: Path,
     base_registry: str | None = None,
-    every_cell: Sequence[Cell] = (),
     resolve_bases: bool = True,
     apt_from: str | None = None,
 ) -> list[BuildPlan]:
     """The plans of one `invoke build`/`invoke repro` run from the checkout at `root`: source revision and epochs
     from git, bases from `--base-registry` or the profile's registry, pinned by the bases lock or (`resolve_bases`;
-    not in a dry run) by asking that registry now. basesource.BaseUnavailable names a base that cannot be had, with
-    the ways out (`every_cell`: the matrix's cells, to offer one on the offline base)."""
+    not in a dry run) by asking that registry now. basesource.BaseUnavailable names the bases that cannot be had
+    (`building.advice.bases_unavailable` says the ways out)."""
     source = BaseSource.from_flags(matrix, profile, base_registry)
     revision = source_revision(root, runner)
     epochs = {cell.slug: source_date_epoch(root, cell, runner) for cell in cells}
     choices = choose_all(cells, source, BaseLock.load(root / BASES_LOCK_FILE))
     if resolve_bases:
-        choices = resolve_with_advice(choices, runner, matrix, every_cell or cells, profile)
+        choices = basesource.resolve(choices, runner)
     return plan_builds(matrix, cells, profile, secrets, workdir, revision, epochs, root, choices, source, apt_from)
-
-
-def resolve_with_advice(
-    choices: Mapping[str, BaseChoice], runner: Runner, matrix: Matrix, cells: Sequence[Cell], profile: str
-) -> dict[str, BaseChoice]:
-    """basesource.resolve, its BaseUnavailable saying the ways out (`cells`: the matrix's, to offer one on the
-    offline base)."""
-    try:
-        return basesource.resolve(choices, runner)
-    except basesource.BaseUnavailable as error:
-        raise basesource.BaseUnavailable(
-            error.failed, advice.bases_unavailable(error.failed, matrix, cells, profile)
-        ) from None
 
 
 def local_bases(plans: Sequence[BuildPlan]) -> list[str]:

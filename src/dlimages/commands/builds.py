@@ -15,7 +15,7 @@ from uv import find_uv_bin
 
 from dlimages.artifacts.ledger import Ledger
 from dlimages.building import aptdebs, basesource, disk
-from dlimages.building.advice import Remedies
+from dlimages.building.advice import Remedies, bases_unavailable
 from dlimages.building.bake import (
     BAKE_FILE,
     bake_document,
@@ -256,12 +256,12 @@ def plan_cells(
             RUNNER,
             workdir=run_folder(),
             base_registry=base_registry,
-            every_cell=project.expansion.cells,
             resolve_bases=resolve_bases,
             apt_from=apt_from,
         )
     except basesource.BaseUnavailable as error:
-        raise Failed(str(error), code=1) from None
+        said = bases_unavailable(error.failed, project.matrix, project.expansion.cells, mirror)
+        raise Failed(said, code=1) from None
 
 
 def fetch_debs(root: Path, plans: list[BuildPlan]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from dlimages.artifacts.baseslock import BaseLock
+from dlimages.building.advice import bases_unavailable
 from dlimages.building.basesource import (
     BaseChoice,
     BaseSource,
@@ -26,7 +27,7 @@ from dlimages.building.basesource import (
     registry_path,
     resolve,
 )
-from dlimages.building.plan import Secrets, plan_builds, resolve_with_advice
+from dlimages.building.plan import Secrets, plan_builds
 from dlimages.core.errors import InputError
 from dlimages.core.grammar import reference_problem
 from dlimages.core.runner import Runner
@@ -204,10 +205,8 @@ def test_an_unreachable_base_registry_says_which_base_where_and_the_ways_out(
     said = 'time="x" level=fatal msg="pinging container registry 127.0.0.1:1: connect: connection refused"'
     runner = skopeo_runner({name: subprocess.CompletedProcess([], 1, "", said)}, [])
     with pytest.raises(BaseUnavailable) as caught:
-        resolve_with_advice(
-            {cell.slug: BaseChoice(cell.slug, name, resolve=True)}, runner, matrix, expansion.cells, "none"
-        )
-    text = str(caught.value)
+        resolve({cell.slug: BaseChoice(cell.slug, name, resolve=True)}, runner)
+    text = bases_unavailable(caught.value.failed, matrix, expansion.cells, "none")
     assert text.startswith(f"error: The base image {LOCAL_BASE} cannot be pulled from the registry at 127.0.0.1:1")
     assert f"as {name}: connection refused" in text
     assert "`invoke bases.mirror --to 127.0.0.1:1/mirror`" in text
@@ -221,8 +220,8 @@ def test_a_profile_mirror_that_fails_names_it_and_a_registry_of_ones_own(expansi
     said = 'time="x" level=fatal msg="pinging container registry hub.cloud.example.net: lookup: no such host"'
     runner = skopeo_runner({name: subprocess.CompletedProcess([], 1, "", said)}, [])
     with pytest.raises(BaseUnavailable) as caught:
-        resolve_with_advice({cell.slug: choose(cell, source, BaseLock())}, runner, matrix, expansion.cells, "cloud")
-    text = str(caught.value)
+        resolve({cell.slug: choose(cell, source, BaseLock())}, runner)
+    text = bases_unavailable(caught.value.failed, matrix, expansion.cells, "cloud")
     assert f"through mirror profile cloud's registry mirror hub.cloud.example.net/docker.io, as {name}" in text
     assert "--base-registry HOST[/PREFIX]" in text and "invoke bases.mirror --to HOST[/PREFIX]" in text
 
