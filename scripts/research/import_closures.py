@@ -6,7 +6,7 @@ source, importing nothing.
 Prints JSON: for each module named, the dlimages modules it imports directly or through others and their lines;
 the longest import chain between dlimages modules; the package's modules, lines and modules over 400 lines.
 
-    PYTHONPATH=src python3 scripts/research/import_closures.py dlimages.building.plan dlimages.building.ledger
+    PYTHONPATH=src python3 scripts/research/import_closures.py dlimages.building.plan dlimages.artifacts.ledger
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def push_image(
     one every 30 s. Each try of a push is stopped after `timeout` seconds (a hang is a transient failure).
     With `archives`, layers go compressed as it says (zstd; gzip from the containerd store) as `docker save`
     streams them, then copied by skopeo (zstdpush.py). `configs`: the config digest of local images by their ID, as
-    their builds recorded it (building.ledger), else `docker save` tells it on the containerd store.
+    their builds recorded it (artifacts.ledger), else `docker save` tells it on the containerd store.
 
     Returns the results when every push was verified; otherwise raises PushError whose message names each
     failure and what to do, with all results attached. Raises InputError for bad refs or registries, or

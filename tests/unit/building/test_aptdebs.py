@@ -411,7 +411,7 @@ CHILD = """
 import signal, sys
 from pathlib import Path
 from dlimages.building import aptdebs
-from dlimages.generate.aptlock import Deb, Distro
+from dlimages.artifacts.oslock import Deb, Distro
 signal.signal(signal.SIGINT, signal.default_int_handler)  # even where the shell that started the tests ignores it
 debs = [Deb(name, "1.0", "debian", f"pool/main/{name}/{name}/{name}_1.0_all.deb", 100, "0" * 64) for name in "ab"]
 debian12 = Distro.of("debian12", "debian", "bookworm")
