@@ -18,6 +18,7 @@ from invoke.exceptions import Exit
 from dlimages import commands
 from dlimages.building.bake import BAKE_FILE, MAX_JOBS
 from dlimages.building.engine import NO_SETUP_HELP
+from dlimages.building.mirrors import profile_help
 from dlimages.commands.flags import CELL_HELP, EVERY_CELL_HELP, REGISTRY, RUN_OPTIONS, FlagTask, refuse_core_options
 from dlimages.core import errors, usage
 from dlimages.generate.lock import RESOLVE_TIMEOUT_S
@@ -31,7 +32,7 @@ logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
 
 SHARED_HELP = {"no_engine_setup": NO_SETUP_HELP, "apt_from": usage.APT_FROM_HELP, **VERIFY_HELP}  # where a task has it
 BUILD_HELP = {
-    "mirror": "mirror profile: none, daocloud, tuna, aliyun, ustc (matrix.yaml) or host (this machine's apt mirror)",
+    "mirror": profile_help(ROOT),
     "base_registry": f"take every base image from this registry (see `{usage.BASES_MIRROR}`)",
     "ca_bundle": "extra CA bundle for pip inside the build (a BuildKit secret); default: this host's bundle",
 }

@@ -11,7 +11,7 @@ from typing import Any
 from dlimages.core.errors import InputError, Problem, allowed_list
 from dlimages.core.grammar import URL_ALLOWED, url_problem
 from dlimages.model.cells import Cell
-from dlimages.model.spec import Matrix
+from dlimages.model.spec import MATRIX_FILE, Matrix, load_matrix
 
 HOST_PROFILE = "host"  # resolved at build time from this machine's own apt configuration
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
@@ -45,6 +45,16 @@ class MirrorArgs:
 
 def profile_names(matrix: Matrix) -> list[str]:
     return [*matrix.mirrors, HOST_PROFILE]
+
+
+def profile_help(root: Path) -> str:
+    """`--mirror`'s help, its profiles read from matrix.yaml now (a matrix that does not load names none here:
+    `invoke matrix` says why)."""
+    try:
+        names = ", ".join(load_matrix(root / MATRIX_FILE).mirrors)
+    except InputError:
+        names = "those of matrix.yaml's mirrors"
+    return f"mirror profile: {names} (docs/offline.md) or {HOST_PROFILE} (this machine's apt mirror)"
 
 
 def resolve(matrix: Matrix, profile: str, cell: Cell, sources: Iterable[Path] = APT_SOURCES) -> MirrorArgs:

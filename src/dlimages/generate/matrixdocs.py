@@ -18,6 +18,7 @@ from pathlib import Path
 import jinja2
 
 from dlimages.core.errors import InputError, Problem
+from dlimages.generate.mirrordocs import OFFLINE, mirror_table
 from dlimages.generate.templating import environment
 from dlimages.model import doctor, gpunode
 from dlimages.model.cells import Cell, Exclusion, Expansion
@@ -103,6 +104,7 @@ def blocks(matrix: Matrix, expansion: Expansion, locks: Mapping[str, str], root:
         Block(MATRIX_PAGE, "matrix", matrix_table(env, matrix, expansion, locks)),
         Block(PROVISIONING, "drivers", driver_tables(env, matrix, expansion)),
         Block(PROVISIONING, "nodes", example_nodes(env, expansion)),
+        Block(OFFLINE, "mirrors", mirror_table(env, matrix)),
     ]
 
 

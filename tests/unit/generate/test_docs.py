@@ -1,5 +1,5 @@
 """The docs made from the matrix (matrixdocs, written and checked by `invoke render`): the matrix block of
-docs/matrix.md and the driver tables of docs/provisioning.md.
+docs/matrix.md, the driver tables of docs/provisioning.md and the mirror profiles of docs/offline.md.
 
 Behaviour runs on the fixture matrix in a repo copy with minimal documents; the repo's own documents are checked
 once for drift, like images/ (test_render.py).
@@ -20,6 +20,7 @@ from dlimages.artifacts.pythonlock import lock_state
 from dlimages.core.errors import InputError
 from dlimages.generate import matrixdocs
 from dlimages.generate.matrixdocs import MATRIX_PAGE, PROVISIONING, Block, splice
+from dlimages.generate.mirrordocs import OFFLINE
 from dlimages.generate.project import Project
 from dlimages.generate.render import render_documents, stale_documents
 from dlimages.generate.templating import environment
@@ -33,6 +34,7 @@ PROVISIONING_TEXT = (
     "# Provisioning\r\n\r\n<!-- drivers:begin -->\r\n<!-- drivers:end -->\r\n\r\nProse.\r\n\r\n"
     "<!-- nodes:begin -->\r\n<!-- nodes:end -->\r\n"
 )
+OFFLINE_TEXT = "# Offline\n\n<!-- mirrors:begin -->\n<!-- mirrors:end -->\n"
 
 
 @pytest.fixture
@@ -42,6 +44,7 @@ def documented(repo_copy: Path) -> Path:
     (repo_copy / "docs").mkdir()
     (repo_copy / MATRIX_PAGE).write_text(MATRIX_TEXT, encoding="utf-8")
     (repo_copy / PROVISIONING).write_bytes(PROVISIONING_TEXT.encode())  # CRLF: kept outside the blocks
+    (repo_copy / OFFLINE).write_text(OFFLINE_TEXT, encoding="utf-8")
     Project(repo_copy).write_rendered()
     return repo_copy
 
@@ -278,7 +281,7 @@ def test_the_requirements_the_guides_prose_quotes_are_images_own(real_expansion:
 
 def test_committed_docs_are_up_to_date(real_matrix: Matrix, real_expansion: Expansion) -> None:
     files = render_documents(REPO, real_matrix, real_expansion)
-    assert [f.path for f in files] == [MATRIX_PAGE, PROVISIONING]
+    assert [f.path for f in files] == [MATRIX_PAGE, PROVISIONING, OFFLINE]
     problems = stale_documents(REPO, files)
     assert problems == [], "\n".join(map(str, problems))
 
@@ -307,8 +310,17 @@ def test_the_docs_are_the_same_bytes_in_two_processes(tmp_path: Path) -> None:
         shutil.copytree(REPO / "templates", root / "templates")
         (root / MATRIX_PAGE).write_text(MATRIX_TEXT, encoding="utf-8")
         (root / PROVISIONING).write_bytes(PROVISIONING_TEXT.encode())
+        (root / OFFLINE).write_text(OFFLINE_TEXT, encoding="utf-8")
         env = {**os.environ, "PYTHONHASHSEED": seed}
         subprocess.run([sys.executable, "-c", _RENDER], cwd=root, env=env, check=True, timeout=120)
-        outputs.append([(root / path).read_bytes() for path in (MATRIX_PAGE, PROVISIONING)])
+        outputs.append([(root / path).read_bytes() for path in (MATRIX_PAGE, PROVISIONING, OFFLINE)])
     assert outputs[0] == outputs[1]
     assert str(tmp_path).encode() not in b"".join(outputs[0])
+
+
+def test_the_mirror_table_is_matrix_yamls_profiles_and_host(real_matrix: Matrix) -> None:
+    table = _between((REPO / OFFLINE).read_text(encoding="utf-8"), "mirrors")
+    profiles = re.findall(r"^\| `([a-z0-9_-]+)` \|", table, re.M)
+    assert profiles == [*real_matrix.mirrors, "host"]
+    aliyun = next(line for line in table.splitlines() if line.startswith("| `aliyun` |"))
+    assert str(real_matrix.mirrors["aliyun"].pytorch_wheels) in aliyun
