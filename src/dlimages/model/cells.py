@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from dlimages.core import usage
 from dlimages.core.errors import InputError
 from dlimages.model import tags as tag_rules
-from dlimages.model.compat import Candidate, DriverRule, Reason, driver_key, driver_rule, judge, os_for_python
-from dlimages.model.spec import Matrix, Variant, override_applies, version_key
+from dlimages.model.compat import Candidate, DriverRule, Reason, driver_rule, judge, os_for_python
+from dlimages.model.requirecuda import driver_key
+from dlimages.model.sections import Variant
+from dlimages.model.spec import Matrix, override_applies, version_key
 from dlimages.payload.dl_stack import FRAMEWORKS
 
 # What a cell's build needs from outside (`Cell.needs`, `invoke matrix`'s needs): where its base comes from, then

@@ -11,7 +11,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dlimages.model.spec import Matrix, Release, Variant, version_key, version_matches
+from dlimages.model.requirecuda import driver_key, require_holds, toolkit_number
+from dlimages.model.sections import Release, Variant
+from dlimages.model.spec import Matrix, version_key, version_matches
 from dlimages.payload.dl_stack import FRAMEWORKS, parse_arch
 
 
@@ -164,9 +166,7 @@ def _base_reasons(matrix: Matrix, candidate: Candidate, title: str, release: Rel
 #   cuda-compat libraries whenever their driver branch is newer than the host's (nvidia-container-toolkit
 #   cmd/nvidia-cdi-hook/cudacompat, libnvidia-container src/cli/compat_mode.c), so other brands fail with CUDA
 #   error 804 (https://github.com/NVIDIA/nvidia-container-toolkit/issues/291);
-# - how the container toolkit reads NVIDIA_REQUIRE_CUDA: libnvidia-container src/cli/dsl.c and configure.c
-#   (https://github.com/NVIDIA/libnvidia-container), per visible GPU; `cuda` is the CUDA version the driver
-#   supports, `driver` the driver version, `arch` the GPU's compute capability, `brand` NVML's brand of the GPU.
+# - how the container toolkit reads NVIDIA_REQUIRE_CUDA: model/requirecuda.
 
 # GPU brands as the container toolkit names them in `brand=` conditions: NVML's brand types, lower case
 # (nvidia-container-toolkit internal/modifier/image_requirements.go, brandTypeToRequirementString; NVML_BRAND_UNKNOWN
@@ -311,55 +311,6 @@ class DriverFit:
 _BRANCH_CLAUSE = re.compile(r"(?:^| )brand=([a-z]+),driver>=([0-9]+),driver<[0-9]+(?= |$)")
 
 
-def driver_key(version: str) -> tuple[int, ...]:
-    """A driver (or any dotted) version for comparison, padded with zeros: "450.80" == "450.80.0" < "450.80.02"."""
-    parts = tuple(int(part) for part in version.split("."))
-    return parts + (0,) * (3 - len(parts))
-
-
-def require_holds(expression: str, facts: Mapping[str, str | None]) -> bool:
-    """Whether an NVIDIA_REQUIRE_CUDA expression holds for one GPU, as libnvidia-container evaluates it.
-
-    Alternatives are separated by spaces and each is a comma-separated AND (src/cli/dsl.c: dsl_evaluate); versions
-    compare numerically part by part with missing parts zero (dsl_compare_version), brands without case
-    (dsl_compare_string). A fact that is None is unknown and, as in the toolkit, satisfies its condition.
-    Example: require_holds("cuda>=11.8 brand=tesla,driver>=470,driver<471",
-    {"cuda": "11.4", "driver": "470.82.01", "brand": "tesla", "arch": "8.0"}) is True.
-    """
-    return any(
-        all(_condition_holds(condition, facts) for condition in term.split(",") if condition)
-        for term in expression.split(" ")
-        if term
-    )
-
-
-_CONDITION = re.compile(r"([a-z]+)(>=|<=|!=|=|<|>)(.+)")
-
-
-def _condition_holds(condition: str, facts: Mapping[str, str | None]) -> bool:
-    match = _CONDITION.fullmatch(condition)
-    if match is None or match[1] not in facts:
-        raise ValueError(f"{condition!r} is not an NVIDIA_REQUIRE_CUDA condition")
-    name, operator, wanted = match.groups()
-    have = facts[name]
-    if have is None:
-        return True
-    if name == "brand":
-        equal = have.lower() == wanted.lower()
-        return equal if operator == "=" else not equal if operator == "!=" else False
-    left, right = driver_key(have), driver_key(wanted)
-    width = max(len(left), len(right))
-    left, right = left + (0,) * (width - len(left)), right + (0,) * (width - len(right))
-    return {
-        "=": left == right,
-        "!=": left != right,
-        "<": left < right,
-        "<=": left <= right,
-        ">": left > right,
-        ">=": left >= right,
-    }[operator]
-
-
 def jit_from(sass: Sequence[str], ptx: Sequence[str]) -> str | None:
     """The compute capability ("8.0") from which every GPU runs a build only through PTX JIT, or not at all; None
     when no GPU needs JIT (no PTX), or when the GPUs that do are not simply all those from one capability on.
@@ -377,15 +328,6 @@ def jit_from(sass: Sequence[str], ptx: Sequence[str]) -> str | None:
     if any(cubin >= point for cubin in cubins):
         return None  # cubins beyond the first GPU that needs JIT: no single bound describes it
     return f"{point[0]}.{point[1]}"
-
-
-def toolkit_number(driver: str) -> str:
-    """A driver version as NVIDIA_REQUIRE_CUDA must write it: without leading zeros ("450.80.02" -> "450.80.2").
-
-    The toolkit's Go evaluator (CDI and CSV modes) parses values as semantic versions, which refuse leading zeros;
-    libnvidia-container reads both forms as the same number (internal/requirements/constraints/property.go).
-    """
-    return ".".join(str(int(part)) for part in driver.split("."))
 
 
 def wheel_require_cuda(

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from dlimages.model import architectures, branches, compat, gpumodels, toolkit
 from dlimages.model.cells import Cell
-from dlimages.model.compat import DriverFit, driver_key
+from dlimages.model.compat import DriverFit
 from dlimages.model.gpunode import Gpu, Node, data_center_brand
+from dlimages.model.requirecuda import driver_key
 from dlimages.payload import dl_stack
 
 RUNTIME_MISSING = (

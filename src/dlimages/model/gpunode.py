@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from dlimages.core.errors import InputError, Problem
 from dlimages.model import architectures, branches, compat, gpumodels, toolkit
-from dlimages.model.compat import driver_key
+from dlimages.model.requirecuda import driver_key
 from dlimages.payload import dl_stack
 
 

@@ -16,7 +16,8 @@ from typing import Protocol
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.model.compat import Candidate
-from dlimages.model.spec import MATRIX_FILE, CellRef, Matrix, version_key
+from dlimages.model.sections import CellRef
+from dlimages.model.spec import MATRIX_FILE, Matrix, version_key
 from dlimages.payload.dl_stack import FRAMEWORKS
 
 ORIGIN_HELP = {  # `invoke push`'s flags for Origin.from_flags

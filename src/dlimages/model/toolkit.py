@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from dlimages.core.errors import InputError, Problem
+from dlimages.model.spec import version_key
 
 _PRINTS = "`nvidia-ctk --version` or `nvidia-container-cli --version`"
 TOOLKIT_ALLOWED = f"MAJOR.MINOR.PATCH, e.g. 1.17.8 ({_PRINTS}), or none (not installed)"
@@ -84,17 +85,13 @@ def printed_version(output: str) -> str | None:
     return found[1] if found else None
 
 
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 def compat_libraries(toolkit: str | None) -> CompatLibraries:
     """How a node's toolkit (None: not known; NONE: not installed) treats an image's cuda-compat libraries."""
     if toolkit is None:
         return CompatLibraries(True, True, UNKNOWN)
     if toolkit == NONE:
         return CompatLibraries(True, True, ABSENT)
-    version = _key(toolkit)
+    version = version_key(toolkit)
     said = f"container toolkit {toolkit}"
     if version < (1, 17, 4):
         return CompatLibraries(

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import pytest
 
 from dlimages.core.errors import InputError
-from dlimages.model import branches, compat
+from dlimages.model import branches, compat, requirecuda
 from dlimages.model.cells import Cell
 from dlimages.model.compat import DriverRule
 from dlimages.model.doctor import report, verdict
@@ -55,7 +55,7 @@ def test_a_full_version_is_taken_as_it_is() -> None:
 def test_every_branch_of_the_table_starts_on_its_own_branch_and_names_a_source() -> None:
     assert [b.name for b in branches.BRANCHES] == ["R535", "R550", "R570", "R575", "R580", "R590", "R595"]
     for branch in branches.BRANCHES:
-        assert compat.driver_key(branch.first_release)[0] == branch.number
+        assert requirecuda.driver_key(branch.first_release)[0] == branch.number
         assert "https://" in branch.source
 
 

@@ -17,13 +17,8 @@ from dlimages.generate.render import render_cell
 from dlimages.generate.templating import environment
 from dlimages.model import compat
 from dlimages.model.cells import Cell, Expansion
-from dlimages.model.compat import (
-    DriverRule,
-    jit_from,
-    require_holds,
-    toolkit_number,
-    wheel_require_cuda,
-)
+from dlimages.model.compat import DriverRule, jit_from, wheel_require_cuda
+from dlimages.model.requirecuda import require_holds, toolkit_number
 from dlimages.model.spec import Matrix
 from dlimages.payload import dl_stack
 
