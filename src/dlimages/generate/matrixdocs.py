@@ -1,10 +1,10 @@
-"""The matrix for people who look before they read: the table of docs/matrix.md and the driver tables of
-docs/provisioning.md, made from the expansion (render.py writes them and checks them for drift).
+"""The matrix for people who look before they read: the table of docs/matrix.md, the driver tables of
+docs/provisioning.md and the mirror profiles of docs/offline.md, made from the matrix and its expansion (docsblocks
+writes them into their documents and checks them for drift).
 
 Python computes what each table cell says; the templates in templates/docs/ lay the blocks out (notes, prose, tables,
 a `|` in a cell escaped). Pure and deterministic: the same matrix, locks and documents give the same bytes, with
-nothing from the clock or the host. A generated block sits between two marker lines of its document
-(`<!-- NAME:begin -->`, `<!-- NAME:end -->`); everything outside them is the document's own.
+nothing from the clock or the host.
 """
 
 from __future__ import annotations
@@ -13,22 +13,16 @@ import itertools
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from urllib.parse import urlsplit
 
 import jinja2
 
-from dlimages.core.errors import InputError, Problem
-from dlimages.generate.mirrordocs import OFFLINE, mirror_table
-from dlimages.generate.templating import environment
 from dlimages.model import doctor, gpunode
 from dlimages.model.cells import Cell, Exclusion, Expansion
 from dlimages.model.compat import Candidate, DriverRule
 from dlimages.model.spec import Matrix, version_key
 from dlimages.payload.dl_stack import FRAMEWORKS
 
-DOCS = "docs"  # every document with a generated block lives here; a tree without it (a test's copy) has none
-MATRIX_PAGE = f"{DOCS}/matrix.md"
-PROVISIONING = f"{DOCS}/provisioning.md"
 Row = tuple[str, ...]  # what each cell of a table row says, in the order of the template's columns
 
 # What each Reason.rule of compat.judge means, in a line: the legend of the matrix page's exclusions.
@@ -73,59 +67,6 @@ EXAMPLE_NODES = (
     ExampleNode("GeForce RTX 5090, R575", "RTX 5090", "R575", "geforcertx"),
     ExampleNode("V100 (data-center), R580", "V100", "R580", "nvidia"),
 )
-
-
-@dataclass(frozen=True)
-class Block:
-    """Generated text for the part of `document` between the lines `begin` and `end`."""
-
-    document: str
-    name: str
-    text: str
-
-    @property
-    def begin(self) -> str:
-        return f"<!-- {self.name}:begin -->"
-
-    @property
-    def end(self) -> str:
-        return f"<!-- {self.name}:end -->"
-
-    @property
-    def where(self) -> str:
-        return f"the block between `{self.begin}` and `{self.end}`"
-
-
-def blocks(matrix: Matrix, expansion: Expansion, locks: Mapping[str, str], root: Path) -> list[Block]:
-    """Every generated block, by document; `locks`: each cell's lock status by slug (lock.lock_state); `root`: the
-    repo whose templates/docs/ lay the blocks out."""
-    env = environment(root)
-    return [
-        Block(MATRIX_PAGE, "matrix", matrix_table(env, matrix, expansion, locks)),
-        Block(PROVISIONING, "drivers", driver_tables(env, matrix, expansion)),
-        Block(PROVISIONING, "nodes", example_nodes(env, expansion)),
-        Block(OFFLINE, "mirrors", mirror_table(env, matrix)),
-    ]
-
-
-def splice(text: str, block: Block) -> str:
-    """The document's text with the block's text between its markers; InputError naming the document when the
-    markers are not there exactly once each, begin before end. Line endings outside the block are kept."""
-    lines = text.splitlines(keepends=True)
-    begins = [i for i, line in enumerate(lines) if line.rstrip("\r\n") == block.begin]
-    ends = [i for i, line in enumerate(lines) if line.rstrip("\r\n") == block.end]
-    if len(begins) != 1 or len(ends) != 1 or begins[0] > ends[0]:
-        found = f"found {len(begins)} `{block.begin}` and {len(ends)} `{block.end}`"
-        raise InputError(
-            [
-                Problem(
-                    block.document,
-                    f"needs the line `{block.begin}`, then the line `{block.end}`, once each ({found}): "
-                    f"`invoke render` writes the {block.name} block between them",
-                )
-            ]
-        )
-    return "".join(lines[: begins[0] + 1]) + block.text + "".join(lines[ends[0] :])
 
 
 # --- shared views of the expansion ----------------------------------------------------------------------------
@@ -249,7 +190,7 @@ def matrix_table(env: jinja2.Environment, matrix: Matrix, expansion: Expansion, 
                     merged.append(([version], key))
             rows += [(f"{_title(framework)} {', '.join(versions)}", cuda, *key) for versions, key in merged]
     wheel_bases = {c.python: c.base_image for c in expansion.cells if c.cuda_source == "wheel"}
-    return env.get_template(f"{DOCS}/matrix.md.j2").render(
+    return env.get_template("docs/matrix.md.j2").render(
         cells=len(expansion.cells),
         counts=[(_title(f), sum(1 for c in expansion.cells if c.framework == f)) for f in matrix.frameworks],
         combinations=len(expansion.cells) + len(expansion.excluded),
@@ -365,7 +306,7 @@ def driver_tables(env: jinja2.Environment, matrix: Matrix, expansion: Expansion)
             groups.items(), key=lambda item: (matrix.axes.cuda.index(item[0][0].cuda), item[0][1] != "wheel")
         )
     ]
-    return env.get_template(f"{DOCS}/drivers.md.j2").render(floors=floors, rules=rules)
+    return env.get_template("docs/drivers.md.j2").render(floors=floors, rules=rules)
 
 
 def _source_text(source: str) -> str:
@@ -420,8 +361,36 @@ def example_nodes(env: jinja2.Environment, expansion: Expansion) -> str:
         how = ", ".join(f"{runs[path]} {path}" for path in doctor.PATHS if path in runs)
         not_run = "; ".join(f"{cause} ({len(cells)}): {_versions_of(cells)}" for cause, cells in causes.items())
         rows.append((example.name, f"`{example.flags}`", f"{sum(runs.values())} ({how or 'none'})", not_run or "none"))
-    return env.get_template(f"{DOCS}/nodes.md.j2").render(cells=len(expansion.cells), rows=rows)
+    return env.get_template("docs/nodes.md.j2").render(cells=len(expansion.cells), rows=rows)
 
 
 def _no_probe() -> gpunode.Node:
     raise AssertionError("example nodes are given by flags; nothing is probed")  # pragma: no cover
+
+
+# --- docs/offline.md: the mirror profiles -----------------------------------------------------------------------
+
+
+def mirror_table(env: jinja2.Environment, matrix: Matrix) -> str:
+    """Where each profile of matrix.yaml's `mirrors:` takes base images, apt, pip and PyTorch's CUDA wheels from (the
+    built-in `host` profile is the template's last row)."""
+    rows: list[Row] = []
+    for name, profile in matrix.mirrors.items():
+        apt = profile.apt.debian if profile.apt else None
+        if profile.pytorch_wheels:
+            wheels = f"`{profile.pytorch_wheels}` (find-links)"
+        elif profile.pypi:  # its pip mirror has no PyTorch CUDA wheels: the build says so and takes them upstream
+            wheels = f"not mirrored by {name}: upstream, said in the build log"
+        else:
+            wheels = "upstream (PyTorch's index)"
+        rows.append(
+            (
+                f"`{name}`",
+                profile.description,
+                f"`{profile.bases.registry}`" if profile.bases else "Docker Hub",
+                f"`{urlsplit(apt).netloc}`" if apt else "upstream",
+                f"`{urlsplit(profile.pypi).netloc}`" if profile.pypi else "upstream (PyPI)",
+                wheels,
+            )
+        )
+    return env.get_template("docs/mirrors.md.j2").render(rows=rows)

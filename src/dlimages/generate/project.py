@@ -8,16 +8,9 @@ from functools import cached_property
 from pathlib import Path
 
 from dlimages.core.errors import InputError
-from dlimages.generate.render import (
-    GeneratedFile,
-    render_documents,
-    render_tree,
-    rendering,
-    stale_documents,
-    stale_files,
-    write_documents,
-    write_tree,
-)
+from dlimages.generate.docsblocks import render_documents, stale_documents, write_documents
+from dlimages.generate.generated import GeneratedFile
+from dlimages.generate.render import render_tree, rendering, stale_files, write_tree
 from dlimages.model.cells import Expansion, expand
 from dlimages.model.spec import MATRIX_FILE, Matrix, load_matrix
 
@@ -39,8 +32,7 @@ class Project:
         return render_tree(self.root, self.matrix, self.expansion)
 
     def documents(self) -> list[GeneratedFile]:
-        """docs/matrix.md and docs/provisioning.md with their generated blocks, in memory (none in a tree without
-        docs/)."""
+        """The documents with their generated blocks, in memory (none in a tree without docs/)."""
         return render_documents(self.root, self.matrix, self.expansion)
 
     def check_rendered(self) -> int:

@@ -1,10 +1,10 @@
-"""Render every cell's Dockerfile (and the assets images copy) into images/, deterministically, and the docs made
-from the matrix (docs/matrix.md's table, docs/provisioning.md's driver tables: text from matrixdocs).
+"""Render every cell's Dockerfile (and the assets images copy) into images/, deterministically.
 
 Everything is rendered in memory and checked (each Dockerfile holds only what the templates write: dockerfile_rules)
-before anything is written. Then each file that differs is replaced whole, in place: images/ itself is never moved,
-and what render does not write (the locks, anything put there by hand) is never rewritten, moved or removed.
-Renders take turns on a lock in .work/, so two never interleave.
+before anything is written. Then each file that differs is replaced whole, in place (`generated`): images/ itself is
+never moved, and what render does not write (the locks, anything put there by hand) is never rewritten, moved or
+removed. Renders (of images/ and of the docs' blocks: docsblocks) take turns on a lock in .work/, so two never
+interleave.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
-import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -25,9 +23,18 @@ from dlimages.artifacts.layout import ASSETS, BASES_LOCK, IMAGES_DIR
 from dlimages.artifacts.oslock import APT_LOCK, BASE_APT_LOCK
 from dlimages.artifacts.pythonlock import COMPILE, LOCK_FILES, install_flags, installs_with_uv, lock_state, uv_install
 from dlimages.core.errors import InputError, Problem, allowed_list
-from dlimages.core.files import stage, turn
+from dlimages.core.files import turn
 from dlimages.generate.dockerfile_rules import dockerfile_problems
-from dlimages.generate.matrixdocs import DOCS, Block, blocks, splice
+from dlimages.generate.generated import (
+    EXECUTABLE,
+    STAGED,
+    GeneratedFile,
+    file_mode,
+    remove_staged,
+    replace,
+    shown,
+    stale,
+)
 from dlimages.generate.templating import TEMPLATES_DIR, environment
 from dlimages.model.cells import Cell, Expansion
 from dlimages.model.selection import flags_for
@@ -39,41 +46,24 @@ PAYLOAD_COMMANDS = {"dl_smoke.py": "dl-smoke", "dl_bench.py": "dl-bench"}
 CELL_LOCKS = (*LOCK_FILES, APT_LOCK)  # what `invoke lock` writes into a cell's folder; render never touches them
 CELL_FILES = ("Dockerfile", "cell.json")  # what render writes into a cell's folder, beside the cell's locks
 RENDER_LOCK = ".work/render.lock"  # in the folder git ignores: renders take turns on it (`rendering`)
-STAGED = ".render.tmp"  # a file render wrote beside its target, not yet renamed over it; only render makes these
-EXECUTABLE = 0o755
-REGULAR = 0o644
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GeneratedFile:
-    path: str  # relative to the repo root
-    content: bytes
-    mode: int = REGULAR
-    part: str = ""  # what of the file is generated, for messages ("the block between ..."); empty: all of it
 
 
 def _assets(root: Path) -> list[GeneratedFile]:
     """Files every image copies: the templates' assets and the in-image commands from the package."""
     source = root / TEMPLATES_DIR / "assets"
     if not source.is_dir():
-        where = f"{TEMPLATES_DIR}/assets"
-        raise InputError(
-            [Problem(where, "missing: the folder of files every image copies (dl-entrypoint, zshrc, ...)")]
-        )
+        missing = "missing: the folder of files every image copies (dl-entrypoint, zshrc, ...)"
+        raise InputError([Problem(f"{TEMPLATES_DIR}/assets", missing)])
     try:
         files = [
-            GeneratedFile(
-                f"{IMAGES_DIR}/{ASSETS}/{path.name}",
-                path.read_bytes(),
-                EXECUTABLE if os.access(path, os.X_OK) else REGULAR,
-            )
+            GeneratedFile(f"{IMAGES_DIR}/{ASSETS}/{path.name}", path.read_bytes(), file_mode(path))
             for path in sorted(source.iterdir())
             if path.is_file()
         ]
     except OSError as error:
-        raise InputError([Problem(_shown(root, error.filename), f"cannot read: {error.strerror}")]) from None
+        raise InputError([Problem(shown(root, error.filename), f"cannot read: {error.strerror}")]) from None
     payload = resources.files("dlimages") / "payload"
     for module in sorted(payload.iterdir(), key=lambda path: path.name):
         if module.name in PAYLOAD_COMMANDS:
@@ -81,7 +71,7 @@ def _assets(root: Path) -> list[GeneratedFile]:
             files.append(GeneratedFile(f"{IMAGES_DIR}/{ASSETS}/{command}", module.read_bytes(), EXECUTABLE))
         elif module.name.startswith("dl_") and module.name.endswith(".py"):
             # What the commands import: beside them in /usr/local/bin, the first place a script's imports look.
-            files.append(GeneratedFile(f"{IMAGES_DIR}/{ASSETS}/{module.name}", module.read_bytes(), REGULAR))
+            files.append(GeneratedFile(f"{IMAGES_DIR}/{ASSETS}/{module.name}", module.read_bytes()))
     return files
 
 
@@ -150,7 +140,7 @@ def render_tree(root: Path, matrix: Matrix, expansion: Expansion) -> list[Genera
         except UnicodeDecodeError as error:
             raise InputError([Problem(_not_utf8(root), f"not UTF-8 text ({error.reason})")]) from None
         except OSError as error:
-            raise InputError([Problem(_shown(root, error.filename), f"cannot read: {error.strerror}")]) from None
+            raise InputError([Problem(shown(root, error.filename), f"cannot read: {error.strerror}")]) from None
         problems += dockerfile_problems(f"{base}/Dockerfile", dockerfile, cell)
         files.append(GeneratedFile(f"{base}/Dockerfile", dockerfile.encode()))
         files.append(
@@ -163,7 +153,17 @@ def render_tree(root: Path, matrix: Matrix, expansion: Expansion) -> list[Genera
     return sorted(files, key=lambda f: f.path)
 
 
-# --- images/ and the docs on disk ------------------------------------------------------------------------------
+def _not_utf8(root: Path) -> str:
+    """The first template that is not UTF-8 (Jinja's error does not name it)."""
+    for path in sorted((root / TEMPLATES_DIR).rglob("*.j2")):
+        try:
+            path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            return shown(root, path)
+    return TEMPLATES_DIR
+
+
+# --- images/ on disk ------------------------------------------------------------------------------------------
 
 
 @contextmanager
@@ -185,13 +185,6 @@ def _say_waiting() -> None:
     log.info("waiting for another render of this repository to finish (it holds %s) ...", RENDER_LOCK)
 
 
-def _existing(root: Path) -> dict[str, Path]:
-    images = root / IMAGES_DIR
-    if not images.is_dir():
-        return {}
-    return {str(p.relative_to(root)): p for p in sorted(images.rglob("*")) if p.is_file()}
-
-
 def _written_by_render(path: str) -> bool:
     """Whether `path` (under images/, from the root) is where render writes, so a file it may remove: an asset, or
     a cell's Dockerfile or cell.json. Locks, and anything else, are not render's."""
@@ -208,7 +201,9 @@ def _extra(root: Path, files: list[GeneratedFile]) -> tuple[list[str], list[Prob
     cells = {str(Path(f.path).parent) for f in files if Path(f.path).name == CELL_FILES[0]}
     removable: list[str] = []
     kept: list[Problem] = []
-    for path in _existing(root):
+    images = root / IMAGES_DIR
+    existing = sorted(images.rglob("*")) if images.is_dir() else []
+    for path in [str(p.relative_to(root)) for p in existing if p.is_file()]:
         folder, name = str(Path(path).parent), Path(path).name
         base_lock = fnmatch.fnmatchcase(path, BASE_APT_LOCK.format(os="*"))
         if path in wanted or path == BASES_LOCK or base_lock or (name in CELL_LOCKS and folder in cells):
@@ -218,13 +213,8 @@ def _extra(root: Path, files: list[GeneratedFile]) -> tuple[list[str], list[Prob
         elif _written_by_render(path):
             removable.append(path)
         elif name in CELL_LOCKS:
-            kept.append(
-                Problem(
-                    path,
-                    "a lock of no cell in matrix.yaml; render never removes a lock: delete it by hand if the cell "
-                    "left the matrix for good",
-                )
-            )
+            why = "render never removes a lock: delete it by hand if the cell left the matrix for good"
+            kept.append(Problem(path, f"a lock of no cell in matrix.yaml; {why}"))
         else:
             kept.append(Problem(path, "not written by render and used by no cell; render never removes it"))
     return removable, kept
@@ -249,96 +239,6 @@ def _obstacles(root: Path, files: list[GeneratedFile]) -> list[Problem]:
     return list(problems.values())
 
 
-def _remove_staged(root: Path, files: list[GeneratedFile]) -> None:
-    """Remove what a render stopped part-way staged and never renamed. Only render stages files with this suffix,
-    and renders take turns, so none of them is in use; one that cannot be removed harms nothing (a check names
-    it)."""
-    pattern = f".*{STAGED}"
-    images = root / IMAGES_DIR
-    leftovers = set(images.rglob(pattern)) if images.is_dir() else set()
-    for folder in {(root / f.path).parent for f in files}:
-        if folder.is_dir():
-            leftovers.update(folder.glob(pattern))
-    for path in leftovers:
-        try:
-            path.unlink()
-        except OSError:
-            pass
-
-
-def _same(target: Path, generated: GeneratedFile) -> bool:
-    return target.is_file() and target.read_bytes() == generated.content and _mode(target) == generated.mode
-
-
-def _replace(root: Path, files: list[GeneratedFile], *, where: str = "") -> list[str]:
-    """Write each file that differs from what is there ("wrote X"), whole: every one is staged (written beside its
-    target and synced) first, and only then is each renamed over its target. A failure puts back what was replaced
-    and raises InputError naming `where` (or the file) and the file being written."""
-    differing: list[GeneratedFile] = []
-    staged: list[tuple[Path, Path]] = []  # (the new file, its target)
-    made: list[Path] = []  # folders made for new files, removed again after a failure
-    replaced: list[tuple[Path, tuple[bytes, int] | None]] = []  # (target, its old content and mode, or None)
-    current = root
-    try:
-        differing = [generated for generated in files if not _same(root / generated.path, generated)]
-        for generated in differing:
-            current = root / generated.path
-            made += _make_folders(current.parent)
-            staged.append((stage(current, generated.content, generated.mode, suffix=STAGED), current))
-        for new, current in staged:
-            old = (current.read_bytes(), _mode(current)) if current.is_file() else None
-            os.replace(new, current)
-            replaced.append((current, old))
-    except OSError as error:
-        restored = _undo(staged, replaced, made)
-        outcome = (
-            "not written, left as it was" if restored else "partly written (the old content could not be put back)"
-        )
-        message, shown = f"{outcome}: {error.strerror or error}", _shown(root, current)
-        raise InputError([Problem(where, f"{message} ({shown})") if where else Problem(shown, message)]) from None
-    return [f"wrote {generated.path}" for generated in differing]
-
-
-def _make_folders(folder: Path) -> list[Path]:
-    """Make `folder` and those above it that are missing; returns those made, outermost first."""
-    missing: list[Path] = []
-    while not folder.exists() and not folder.is_symlink():
-        missing.insert(0, folder)
-        folder = folder.parent
-    made: list[Path] = []
-    for path in missing:
-        path.mkdir()
-        made.append(path)
-    return made
-
-
-def _undo(
-    staged: list[tuple[Path, Path]], replaced: list[tuple[Path, tuple[bytes, int] | None]], made: list[Path]
-) -> bool:
-    """Put back what `_replace` replaced and remove what it staged and the folders it made; False where the old
-    content could not be put back (the next render writes it)."""
-    restored = True
-    for target, old in reversed(replaced):
-        try:
-            if old is None:
-                target.unlink()
-            else:
-                os.replace(stage(target, old[0], old[1], suffix=STAGED), target)
-        except OSError:
-            restored = False
-    for new, _ in staged:
-        try:
-            new.unlink(missing_ok=True)
-        except OSError:
-            pass  # a leftover the next render removes
-    for folder in reversed(made):
-        try:
-            folder.rmdir()
-        except OSError:
-            pass  # not empty: something else is in it now
-    return restored
-
-
 def write_tree(root: Path, files: list[GeneratedFile]) -> list[str]:
     """Bring images/ in line with the rendered files; returns what changed, e.g. "wrote X", "removed Y". Callers
     hold `rendering`.
@@ -353,12 +253,12 @@ def write_tree(root: Path, files: list[GeneratedFile]) -> list[str]:
         obstacles = _obstacles(root, files)
         if obstacles:
             raise InputError(obstacles, heading="Render writes where these are; nothing was written:")
-        _remove_staged(root, files)
+        remove_staged(root, files)
         removable, kept = _extra(root, files)
     except OSError as error:
-        where = _shown(root, error.filename) if error.filename else IMAGES_DIR
+        where = shown(root, error.filename) if error.filename else IMAGES_DIR
         raise InputError([Problem(f"{IMAGES_DIR}/", f"cannot read: {error.strerror or error} ({where})")]) from None
-    changed = _replace(root, files, where=f"{IMAGES_DIR}/")
+    changed = replace(root, files, where=f"{IMAGES_DIR}/")
     for path in removable:
         try:
             (root / path).unlink()
@@ -379,111 +279,18 @@ def _remove_empty_folders(root: Path, folder: Path) -> None:
         folder = folder.parent
 
 
-def _not_utf8(root: Path) -> str:
-    """The first template that is not UTF-8 (Jinja's error does not name it)."""
-    for path in sorted((root / TEMPLATES_DIR).rglob("*.j2")):
-        try:
-            path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            return _shown(root, path)
-    return TEMPLATES_DIR
-
-
-def _shown(root: Path, filename: object) -> str:
-    """A path for a message: relative to the repo root where it is inside it."""
-    path = Path(str(filename))
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)
-
-
 def stale_files(root: Path, files: list[GeneratedFile]) -> list[Problem]:
     """Differences between images/ and a fresh render: stale, hand-edited, missing or extra files (a lock no cell
     uses among them; the locks of the matrix's cells are `invoke lock --check`'s to judge)."""
     problems: list[Problem] = []
     for generated in files:
         target = root / generated.path
-        stale = _stale(root, generated, "differs from its sources (stale or edited by hand)")
-        if stale is not None:
-            problems.append(stale)
-        elif _mode(target) != generated.mode:
-            problems.append(
-                Problem(generated.path, f"has mode {_mode(target):o}, expected {generated.mode:o}; run `invoke render`")
-            )
+        differs = stale(root, generated, "differs from its sources (stale or edited by hand)")
+        if differs is not None:
+            problems.append(differs)
+        elif file_mode(target) != generated.mode:
+            mode = f"has mode {file_mode(target):o}, expected {generated.mode:o}"
+            problems.append(Problem(generated.path, f"{mode}; run `invoke render`"))
     removable, kept = _extra(root, files)
     problems += [Problem(path, "not generated by any cell; run `invoke render` to remove it") for path in removable]
     return problems + kept
-
-
-def _stale(root: Path, generated: GeneratedFile, differs: str) -> Problem | None:
-    """A Problem where the file is missing, or its content is not the generated one (`differs` says so); else None."""
-    if not (root / generated.path).is_file():
-        return Problem(generated.path, "missing; run `invoke render`")
-    if (root / generated.path).read_bytes() != generated.content:
-        return Problem(generated.path, f"{differs}; run `invoke render`")
-    return None
-
-
-def _mode(path: Path) -> int:
-    return EXECUTABLE if os.access(path, os.X_OK) else REGULAR
-
-
-# --- The docs made from the matrix: docs/matrix.md's table, docs/provisioning.md's driver tables -----------------
-
-
-def render_documents(root: Path, matrix: Matrix, expansion: Expansion) -> list[GeneratedFile]:
-    """The documents with their generated blocks in place, in memory (matrixdocs makes the text).
-
-    Only in a tree with a docs/ folder: the copies of the repo that tests make have none, and a document that holds
-    blocks is never created from nothing. Where docs/ is, every document a block goes in must hold its markers;
-    otherwise InputError names each document and nothing is written.
-    """
-    if not (root / DOCS).is_dir():
-        return []
-    locks = {cell.slug: lock_state(root, cell, matrix.packages.pip).status for cell in expansion.cells}
-    by_document: dict[str, list[Block]] = {}
-    for block in blocks(matrix, expansion, locks, root):
-        by_document.setdefault(block.document, []).append(block)
-    files: list[GeneratedFile] = []
-    problems: list[Problem] = []
-    for document, parts in by_document.items():
-        try:
-            text = (root / document).read_bytes().decode("utf-8")  # bytes: line endings outside blocks stay as they are
-        except FileNotFoundError:
-            names = ", ".join(f"`{block.begin}` ... `{block.end}`" for block in parts)
-            problems.append(Problem(document, f"missing: it holds the blocks {names} that `invoke render` writes"))
-            continue
-        except OSError as error:
-            problems.append(Problem(document, f"cannot read: {error.strerror}"))
-            continue
-        except UnicodeDecodeError as error:
-            problems.append(Problem(document, f"not UTF-8 text ({error.reason})"))
-            continue
-        try:
-            for block in parts:
-                text = splice(text, block)
-        except InputError as error:
-            problems += error.problems
-            continue
-        part = parts[0].where if len(parts) == 1 else "a block of " + ", ".join(f"`{block.begin}`" for block in parts)
-        files.append(GeneratedFile(document, text.encode(), part=part))
-    if problems:
-        raise InputError(
-            problems, heading="The docs generated from matrix.yaml have nowhere to go; nothing was written:"
-        )
-    return files
-
-
-def stale_documents(root: Path, files: list[GeneratedFile]) -> list[Problem]:
-    """Documents whose generated part differs from a fresh render (stale, or edited by hand), or that are missing."""
-    what = "{} differs from matrix.yaml (stale or edited by hand)"
-    stale = [_stale(root, generated, what.format(generated.part or "its content")) for generated in files]
-    return [problem for problem in stale if problem is not None]
-
-
-def write_documents(root: Path, files: list[GeneratedFile]) -> list[str]:
-    """Write the documents that differ ("wrote X" for each), each whole (staged beside it, then renamed over it);
-    on a failure every document is left as it was. Callers hold `rendering`."""
-    _remove_staged(root, files)
-    return _replace(root, files)

@@ -18,11 +18,17 @@ import pytest
 
 from dlimages.artifacts.pythonlock import lock_state
 from dlimages.core.errors import InputError
-from dlimages.generate import matrixdocs
-from dlimages.generate.matrixdocs import MATRIX_PAGE, PROVISIONING, Block, splice
-from dlimages.generate.mirrordocs import OFFLINE
+from dlimages.generate import docsblocks, matrixdocs
+from dlimages.generate.docsblocks import (
+    MATRIX_PAGE,
+    OFFLINE,
+    PROVISIONING,
+    Block,
+    render_documents,
+    splice,
+    stale_documents,
+)
 from dlimages.generate.project import Project
-from dlimages.generate.render import render_documents, stale_documents
 from dlimages.generate.templating import environment
 from dlimages.model import doctor, gpunode
 from dlimages.model.cells import Expansion
@@ -115,7 +121,7 @@ def test_the_table_shows_a_flavor_lock_and_reason_code_per_python(matrix: Matrix
 def test_the_blocks_are_laid_out_by_the_roots_templates(repo_copy: Path, matrix: Matrix, expansion: Expansion) -> None:
     note = repo_copy / "templates/docs/note.md.j2"
     note.write_text("<!-- a note of this repo's own -->\n", encoding="utf-8")
-    for block in matrixdocs.blocks(matrix, expansion, {}, repo_copy):
+    for block in docsblocks.blocks(matrix, expansion, {}, repo_copy):
         assert block.text.startswith("<!-- a note of this repo's own -->\n\n"), block.name
 
 

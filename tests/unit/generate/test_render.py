@@ -30,9 +30,9 @@ import pytest
 from dlimages.artifacts.pythonlock import LOCK_FILES
 from dlimages.core.errors import InputError
 from dlimages.generate.dockerfile_rules import dockerfile_problems
+from dlimages.generate.generated import GeneratedFile
 from dlimages.generate.project import Project
 from dlimages.generate.render import (
-    GeneratedFile,
     check_partials,
     environment,
     render_cell,
