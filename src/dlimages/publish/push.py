@@ -1,8 +1,8 @@
 """Push built images to registries and prove each push by pulling its digest back.
 
 What to push and what docker's answers mean is decided in pushplan.py (pure); `push_image` runs every command through
-a `Runner`, so unit tests hand in a fake docker and need no engine. `docker push` is streamed, so a multi-GB push shows
-its progress (progress.py) while it runs; interrupts.py handles signals and deadlines meanwhile.
+a `Runner` (as pushrun.py's Settings say: retried, `docker push` streamed with its progress), so unit tests hand in a
+fake docker and need no engine; interrupts.py handles signals and deadlines meanwhile.
 """
 
 from __future__ import annotations
@@ -12,48 +12,33 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TextIO
+from collections.abc import Collection, Mapping, Sequence
+from typing import TextIO
 
 from dlimages.core import usage
-from dlimages.core.display import ProgressDisplay
 from dlimages.core.errors import InputError, Problem
-from dlimages.core.imagestore import CONTAINERD, config_digest, image_store
-from dlimages.core.runner import DEFAULT, NOT_FOUND, TIMED_OUT, Result, Runner
-from dlimages.core.watch import Wait
-from dlimages.publish.daemonregistry import registry_config
+from dlimages.core.imagestore import CONTAINERD
+from dlimages.core.runner import DEFAULT, Runner
+from dlimages.publish.daemonregistry import INSPECT_TIMEOUT_S
 from dlimages.publish.interrupts import PushSignals
 from dlimages.publish.pushplan import (
     MAX_RETRIES,
     RETRIES_ALLOWED,
-    Failure,
     PushResult,
     PushTarget,
-    daemon_treats_as_insecure,
-    failure_kind,
     parse_digest,
     parse_remote_tag,
     plan_push,
 )
-from dlimages.publish.pushprogress import (
-    Layer,
-    PushProgress,
-    is_push_output,
-    parse_diff_ids,
-    parse_history,
-    push_layers,
-)
+from dlimages.publish.pushrun import Outcome, Settings, Sleep
 from dlimages.publish.scratch import Scratch, untag
-from dlimages.publish.zstdpush import Archives, push_zstd
-
-Sleep = Callable[[float], None]
+from dlimages.publish.zstdpush import Archives
 
 PUSH_TIMEOUT_S = 3600.0  # one try of a multi-GB image over a slow uplink; a hang beyond this counts as transient
-INSPECT_TIMEOUT_S = 30.0
 # An engine problem is neither the registry's fault nor worth retrying.
 _ENGINE = re.compile(r"cannot connect to the docker daemon|error during connect|docker daemon socket", re.I)
 _NO_SUCH_MANIFEST = re.compile(r"^no such manifest: ", re.M)  # `docker manifest inspect`: the tag is not there
+_GIVE_UP = ("auth", "transient", "unreachable")  # failures after which a registry's other refs are not tried
 
 
 class PushError(Exception):
@@ -75,19 +60,6 @@ class PushInterrupted(PushError):
     def exit_code(self) -> int:
         """128 + the signal's number, as shells report a command a signal stopped: 130 SIGINT, 143 SIGTERM."""
         return 128 + int(signal.Signals[self.signal_name])
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """A command's last try, how many tries it took, and (when it failed) how."""
-
-    last: Result
-    attempts: int
-    kind: Failure | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.last.ok
 
 
 class _Interrupted(Exception):
@@ -130,9 +102,8 @@ def push_image(
     raises PushInterrupted); local tags and images are never touched. Once a registry refuses the credentials or
     cannot be reached, its remaining refs are not tried.
 
-    Each `docker push` shows its progress on `out` (stdout when None): layers done of all, their uncompressed
-    bytes, elapsed time; one line rewritten in place on a terminal, else a line per finished layer and at least
-    one every 30 s. Each try of a push is stopped after `timeout` seconds (a hang is a transient failure).
+    Each `docker push` shows its progress on `out` (stdout when None; pushprogress.py), and each try of it is
+    stopped after `timeout` seconds (a hang is a transient failure).
     With `archives`, layers go compressed as it says (zstd; gzip from the containerd store) as `docker save`
     streams them, then copied by skopeo (zstdpush.py). `configs`: the config digest of local images by their ID, as
     their builds recorded it (artifacts.ledger), else `docker save` tells it on the containerd store.
@@ -150,7 +121,7 @@ def push_image(
         raise InputError(problems)
     targets = plan_push(refs, registries, names)
     signals = PushSignals()
-    settings = _Settings(runner, sleep, retries, backoff, timeout, signals, sys.stdout if out is None else out)
+    settings = Settings(runner, sleep, retries, backoff, timeout, signals, sys.stdout if out is None else out)
     settings.archives, settings.configs = archives, dict(configs or {})
     settings.stage, settings.scratch = stage and archives is not None, scratch
     results: list[PushResult] = []
@@ -169,7 +140,7 @@ def push_image(
                 results.append(result)
                 signals.check()
         except _Interrupted as stopped:
-            raise _interrupted(signals.received, results, stopped.target, stopped.tag_note, settings.stage) from None
+            raise _interrupted(signals.received, results, stopped, settings.stage) from None
         except KeyboardInterrupt:
             raise _interrupted(signals.received, results) from None
 
@@ -181,108 +152,18 @@ def push_image(
     return results
 
 
-@dataclass
-class _Settings:
-    """How every docker command of one push_image call runs."""
-
-    runner: Runner
-    sleep: Sleep
-    retries: int
-    backoff: float
-    timeout: float
-    signals: PushSignals
-    out: TextIO
-    _registry_config: Mapping[str, Any] | None = None
-    _layers: dict[str, tuple[Layer, ...]] = field(default_factory=dict)  # image ID -> its layers
-    archives: Archives | None = None  # zstd, or the containerd store: the compressed layouts skopeo pushes from
-    store: str = ""  # the engine's image store (core.imagestore), read once, when needed
-    configs: dict[str, str | None] = field(default_factory=dict)  # local ID -> config digest
-    stage: bool = False  # layouts go to REPOSITORY@DIGEST only, to be tagged once signed (zstdpush.push_zstd)
-    scratch: Scratch | None = None  # where a temporary tag is noted before it is made
-
-    def image_store(self) -> str:
-        if not self.store:
-            self.store = image_store(self.runner)
-        return self.store
-
-    def config_of(self, ref: str, local_id: str) -> str | None:
-        """The config digest of the local image: its ID on the classic store; on the containerd store what its
-        layout kept, else what its build recorded, else what `docker save` says (once per image)."""
-        if self.image_store() != CONTAINERD:
-            return local_id
-        if kept := self.archives.configs.get(local_id) if self.archives is not None else None:
-            return kept
-        if local_id not in self.configs:
-            self.configs[local_id] = config_digest(ref, self.runner, CONTAINERD)
-        return self.configs[local_id]
-
-    def remote_config(self, registry: str, pinned: str) -> str | None:
-        """The config digest of the image a registry serves under `pinned` (REPOSITORY@sha256:...)."""
-        insecure = ["--insecure"] if self.insecure(registry) else []
-        looked = self.with_retries(["docker", "manifest", "inspect", "-v", *insecure, pinned], INSPECT_TIMEOUT_S)
-        remote = parse_remote_tag(looked.last.out) if looked.ok else None
-        return remote.image_id if remote is not None else None
-
-    def with_retries(self, argv: list[str], timeout: float | None = None, wait: str = "") -> _Outcome:
-        """argv, tried again as `_with_retries` says; watched (core.watch) when it waits on `wait`, a registry."""
-
-        def once(_attempt: int) -> Result:
-            if wait:
-                return self.runner.watched(argv, Wait(" ".join(argv[:3]), wait, timeout or self.timeout))
-            return self.runner(argv, timeout=timeout or self.timeout)
-
-        return _with_retries(once, self.retries, self.backoff, self.sleep)
-
-    def push(self, target: PushTarget, local_id: str) -> _Outcome:
-        """`docker push`, streamed with its progress shown, tried again as `with_retries` does; with archives,
-        skopeo's zstd copy of the saved image instead."""
-        if self.archives is not None:
-            if local_id not in self.archives.made:
-                kind = f"{self.archives.compression} level {self.archives.level}"
-                self.out.write(f"{kind}: compressing {target.ref}'s layers as the engine saves it\n")
-                self.out.flush()
-            archive, failed = self.archives.archive(target.ref, local_id)
-            if archive is None:
-                assert failed is not None
-                return _Outcome(failed, 1, "other")
-            self.out.write(f"push {target.ref} -> {target.registry}: its {self.archives.compression} layers (skopeo)\n")
-            insecure = self.insecure(target.registry)
-
-            def once(_attempt: int) -> Result:
-                return push_zstd(
-                    self.runner, archive, target.ref, target.remote_ref, target.tag, insecure, self.timeout, self.stage
-                )
-
-            return _with_retries(once, self.retries, self.backoff, self.sleep)
-        if local_id not in self._layers:
-            self._layers[local_id] = _image_layers(self.runner, local_id)
-        layers = self._layers[local_id]
-        return _with_retries(
-            lambda attempt: _stream_push(target, layers, attempt, self), self.retries, self.backoff, self.sleep
-        )
-
-    def insecure(self, registry: str) -> bool:
-        """Whether dockerd reaches `registry` without verified TLS (its RegistryConfig is read once, when needed)."""
-        if self._registry_config is None:
-            self._registry_config = registry_config(self.runner)
-        return daemon_treats_as_insecure(registry, self._registry_config)
-
-
 def _interrupted(
-    signal_name: str | None,
-    results: Sequence[PushResult],
-    target: PushTarget | None = None,
-    tag_note: str = "",
-    staged: bool = False,
+    signal_name: str | None, results: Sequence[PushResult], stopped: _Interrupted | None = None, staged: bool = False
 ) -> PushInterrupted:
     name = signal_name or "SIGINT"  # Ctrl-C where no handler of ours runs (another thread)
     done = sum(result.ok for result in results)
-    if target is None:
+    if stopped is None:
         lines = [f"interrupted by {name}: no temporary tag is left and nothing local was changed."]
     else:
+        target = stopped.target
         lines = [
-            f"interrupted by {name} while pushing {target.ref} to {target.registry}: {tag_note}, and nothing else "
-            f"local was changed; "
+            f"interrupted by {name} while pushing {target.ref} to {target.registry}: {stopped.tag_note}, and nothing "
+            "else local was changed; "
             + (
                 f"{target.remote_ref} was not tagged (a signed push tags it once signed)."
                 if staged
@@ -311,7 +192,7 @@ def _local_ids(runner: Runner, refs: list[str]) -> dict[str, str]:
 
 
 def _push_one(
-    target: PushTarget, local_id: str, settings: _Settings, signals: PushSignals, immutable: bool
+    target: PushTarget, local_id: str, settings: Settings, signals: PushSignals, immutable: bool
 ) -> tuple[PushResult, bool]:
     """The result, and whether the registry's other refs are not worth trying (credentials refused, unreachable)."""
     runner, ref, remote, result = settings.runner, target.ref, target.remote_ref, target.result
@@ -346,50 +227,34 @@ def _push_one(
     return pushed, give_up
 
 
-def _immutable_tag_problem(target: PushTarget, local_id: str, settings: _Settings) -> tuple[str | None, bool, int]:
+def _immutable_tag_problem(target: PushTarget, local_id: str, settings: Settings) -> tuple[str | None, bool, int]:
     """Why the registry's copy of this immutable tag forbids the push (None: absent, or the very same image),
     whether the registry's other refs are not worth trying, and how many tries reading the registry took when it
     failed (a registry that refuses the credentials or is down counts as the push's attempts)."""
-    insecure = ["--insecure"] if settings.insecure(target.registry) else []
-    argv = ["docker", "manifest", "inspect", "-v", *insecure, target.remote_ref]
-    looked = settings.with_retries(argv, INSPECT_TIMEOUT_S)
+    looked = settings.manifest(target.registry, target.remote_ref)
     if not looked.ok:
         if _NO_SUCH_MANIFEST.search(looked.last.err or looked.last.out):
             return None, False, 0
-        if looked.kind in ("auth", "transient", "unreachable"):
+        if looked.kind in _GIVE_UP:
             return _push_message(target, looked), True, looked.attempts
-        return (
-            (
-                f"cannot tell which image {target.registry} serves under the immutable tag {target.tag} "
-                f"({looked.last.last_line}), so {target.ref} was not pushed: --force-overwrite pushes without looking"
-            ),
-            False,
-            0,
-        )
-    remote = parse_remote_tag(looked.last.out)
-    if remote is None:
-        return (
-            (
-                f"cannot read what {target.registry} serves under the immutable tag {target.tag} (unexpected output of "
-                f"`docker manifest inspect`), so {target.ref} was not pushed: --force-overwrite pushes without looking"
-            ),
-            False,
-            0,
-        )
-    if remote.image_id == settings.config_of(target.ref, local_id):
+        unknown = f"cannot tell which image {target.registry} serves under the immutable tag {target.tag} "
+        unknown += f"({looked.last.last_line})"
+    elif (remote := parse_remote_tag(looked.last.out)) is None:
+        unknown = f"cannot read what {target.registry} serves under the immutable tag {target.tag} (unexpected "
+        unknown += "output of `docker manifest inspect`)"
+    elif remote.image_id == settings.config_of(target.ref, local_id):
         return None, False, 0
-    return (
-        (
+    else:
+        refused = (
             f"{target.remote_ref} is an immutable tag and {target.registry} already has another image under it: "
             f"the registry serves {remote.describe()}, {target.ref} is image {local_id}; nothing was pushed. "
             "Release it under a new tag, or give --force-overwrite to replace the registry's image"
-        ),
-        False,
-        0,
-    )
+        )
+        return refused, False, 0
+    return f"{unknown}, so {target.ref} was not pushed: --force-overwrite pushes without looking", False, 0
 
 
-def _push_tagged(target: PushTarget, local_id: str, settings: _Settings) -> tuple[PushResult, bool]:
+def _push_tagged(target: PushTarget, local_id: str, settings: Settings) -> tuple[PushResult, bool]:
     registry, ref, remote, result = target.registry, target.ref, target.remote_ref, target.result
     runner = settings.runner
 
@@ -397,7 +262,7 @@ def _push_tagged(target: PushTarget, local_id: str, settings: _Settings) -> tupl
     pushed = settings.push(target, local_id)
     push_seconds = time.monotonic() - started
     if not pushed.ok:
-        give_up = pushed.kind in ("auth", "transient", "unreachable")
+        give_up = pushed.kind in _GIVE_UP
         return result(_push_message(target, pushed), pushed.attempts, push_seconds=push_seconds), give_up
     digest = parse_digest(pushed.last.out, target.tag)
     if digest is None:
@@ -421,75 +286,20 @@ def _push_tagged(target: PushTarget, local_id: str, settings: _Settings) -> tupl
     return result(error, pushed.attempts, digest, **seconds), False
 
 
-def _same_config(target: PushTarget, pinned: str, local_id: str, settings: _Settings) -> bool:
+def _same_config(target: PushTarget, pinned: str, local_id: str, settings: Settings) -> bool:
     """Whether the registry's image under `pinned` has the local image's config (core.imagestore: the same image).
     Only the containerd store gets here for a good push: it names images by manifest, and a zstd push makes another
     manifest of the same config and layers."""
-    if settings.image_store() != CONTAINERD:
+    if settings.image_store() != CONTAINERD or (config := settings.config_of(target.ref, local_id)) is None:
         return False
-    config = settings.config_of(target.ref, local_id)
-    return config is not None and settings.remote_config(target.registry, pinned) == config
+    looked = settings.manifest(target.registry, pinned)
+    return looked.ok and (remote := parse_remote_tag(looked.last.out)) is not None and remote.image_id == config
 
 
-def _push_message(target: PushTarget, outcome: _Outcome) -> str:
+def _push_message(target: PushTarget, outcome: Outcome) -> str:
     registry, ref = target.registry, target.ref
     if outcome.kind == "auth":
         return f"{registry} refused the credentials for {ref}: run `docker login {registry}` (or check --registry)"
     if outcome.kind in ("transient", "unreachable"):
         return f"{registry} is not reachable ({outcome.last.last_line}): is it running? nothing local was changed"
     return f"{registry} rejected {ref}: {outcome.last.last_line}"
-
-
-def _with_retries(once: Callable[[int], Result], retries: int, backoff: float, sleep: Sleep) -> _Outcome:
-    attempt = 0
-    while True:
-        attempt += 1
-        done = once(attempt)
-        if done.ok:
-            return _Outcome(done, attempt)
-        kind = failure_kind(done.err or done.out)  # stdout holds progress lines, which say nothing
-        if kind != "transient" or attempt > retries:
-            return _Outcome(done, attempt, kind)
-        sleep(backoff * 2 ** (attempt - 1))
-
-
-def _image_layers(runner: Runner, image_id: str) -> tuple[Layer, ...]:
-    """The image's layers as `docker push` names them, with their uncompressed sizes where history tells them;
-    none when the engine cannot say (the progress then counts the layers docker names, without bytes)."""
-    inspect = ["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", image_id]
-    rootfs = runner(inspect, timeout=INSPECT_TIMEOUT_S)
-    diff_ids = parse_diff_ids(rootfs.out) if rootfs.ok else None
-    if not diff_ids:
-        return ()
-    rows = ["docker", "history", "--human=false", "--no-trunc", "--format", "{{.Size}} {{json .CreatedBy}}", image_id]
-    history = runner(rows, timeout=INSPECT_TIMEOUT_S)
-    return push_layers(diff_ids, parse_history(history.out) if history.ok else None)
-
-
-def _stream_push(target: PushTarget, layers: Sequence[Layer], attempt: int, settings: _Settings) -> Result:
-    """One try of `docker push`, its output streamed through a PushProgress; the Result a captured run would give
-    (docker's progress lines as stdout, anything else, its errors, as stderr), 124 when it passed the timeout."""
-    argv = ("docker", "push", target.remote_ref)
-    display = ProgressDisplay(PushProgress(target.ref, target.registry, layers, attempt=attempt), settings.out)
-    lines: list[str] = []
-
-    def on_line(line: str) -> None:
-        lines.append(line)
-        display.feed(line)
-
-    try:
-        with display.ticking():
-            code = settings.signals.bounded(settings.timeout, lambda: settings.runner.stream(argv, on_line))
-    except KeyboardInterrupt:
-        display.finish("interrupted")
-        raise
-    if code is None:
-        lines.append(f"docker push timed out after {settings.timeout:g} s")
-        display.finish(f"stopped after {settings.timeout:g} s")
-    else:
-        display.finish(None if code == 0 else f"failed (exit {code})")
-    out = "".join(f"{line}\n" for line in lines if is_push_output(line))
-    err = "".join(f"{line}\n" for line in lines if not is_push_output(line))
-    if code is None:
-        return Result(argv, TIMED_OUT, out, err, hung=True)
-    return Result(argv, code, out, err, missing=code == NOT_FOUND)

@@ -14,7 +14,8 @@ from typing import Any
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.files import write_atomic
 from dlimages.core.runner import DEFAULT, Result, Runner
-from dlimages.publish.push import INSPECT_TIMEOUT_S, PushError
+from dlimages.publish.daemonregistry import INSPECT_TIMEOUT_S
+from dlimages.publish.push import PushError
 from dlimages.publish.pushplan import PushResult
 from dlimages.publish.pushprogress import parse_history, push_layers
 

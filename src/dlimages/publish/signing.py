@@ -1,31 +1,28 @@
-"""Signatures and attestations on pushed digests, with cosign, and their verification before an image runs.
+"""Signatures and attestations on pushed digests, with cosign; who signs (`Signing`) and whom `verify` trusts (`Trust`).
 
 `sign_pushed` signs each pushed REPOSITORY@DIGEST and attaches two attestations (attest.py's SBOM and provenance):
 with a key (a file, a KMS URI or env://VAR; no transparency log unless asked, as behind a firewall), keyless with
 the ambient OIDC identity (GitHub's workflows), or both. cosign stores them beside the image as tags of their own:
-the image's digest does not change. `verify` resolves a tag to the digest it names once, checks the signature and
-both attestations against a key or an identity, and checks that the SBOM lists exactly the image's own Python lock
-and dpkg status, read from a container that is created and never started. Every command runs through the Runner.
+the image's digest does not change. verification.py checks them; both run cosign and read an image's files (from a
+container that is created and never started) through the helpers here. Every command runs through the Runner.
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import hashlib
 import json
 import os
 import re
 import socket
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dlimages.artifacts import oslock
 from dlimages.core.errors import InputError, Problem
-from dlimages.core.references import names_registry, registry_of, split_tag
+from dlimages.core.references import registry_of
 from dlimages.core.runner import DEFAULT, Result, Runner, run_folder
 from dlimages.core.watch import Wait
 from dlimages.model.spec import MATRIX_FILE, load_matrix
@@ -35,7 +32,6 @@ from dlimages.publish.pushplan import PushResult, daemon_treats_as_insecure
 
 COSIGN_TIMEOUT_S = 300.0
 KEY_CHECK_TIMEOUT_S = 60.0  # loading a key: a file at once, a KMS key one request
-PULL_TIMEOUT_S = 3600.0
 READER_LABEL = "io.dlimages.reader"  # HOST:PID of the process whose read_files made the container
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 SIGN_KEY_ENV, KEYLESS_ENV = "DLIMAGES_SIGN_KEY", "DLIMAGES_KEYLESS"
@@ -57,7 +53,6 @@ VERIFY_HELP = {  # `invoke verify`'s, and smoke's and bench's
     "tlog": "require (push: upload) the transparency log entry; without it a key's signature is checked offline",
     "no_verify": f"run without verifying: {NO_VERIFY_SKIPS}",
 }
-_DIGEST_LINE = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$", re.M)
 
 
 class SigningError(Exception):
@@ -96,10 +91,10 @@ class Signing:
         `cosign public-key` loads it. InputError saying why, and what is allowed, when it does not."""
         if not self.key:
             return
-        done = _cosign(runner, ["public-key", "--key", self.key], "", check=False, timeout=KEY_CHECK_TIMEOUT_S)
+        done = cosign(runner, ["public-key", "--key", self.key], "", check=False, timeout=KEY_CHECK_TIMEOUT_S)
         if done.ok:
             return
-        reason = _cosign_reason(done)
+        reason = cosign_reason(done)
         if "decrypt" in reason:
             reason += (
                 " ($COSIGN_PASSWORD is not this key's password)"
@@ -130,12 +125,7 @@ class Trust:
 
     @classmethod
     def from_flags(
-        cls,
-        key: str | None,
-        identity: str | None,
-        issuer: str | None,
-        tlog: bool,
-        env: Mapping[str, str] = os.environ,
+        cls, key: str | None, identity: str | None, issuer: str | None, tlog: bool, env: Mapping[str, str] = os.environ
     ) -> Trust:
         key = key or env.get(VERIFY_KEY_ENV) or None
         identity = identity or env.get(IDENTITY_ENV) or None
@@ -177,15 +167,6 @@ class Trust:
         return f"key {self.key}" if self.key else f"identity {self.identity} ({self.issuer})"
 
 
-@dataclass(frozen=True)
-class Verified:
-    """An image whose signature and attestations verified: its REPOSITORY@DIGEST and what was checked."""
-
-    ref: str
-    lines: tuple[str, ...] = field(default_factory=tuple)
-    labels: Mapping[str, str] = field(default_factory=dict)  # the image's own: what its name is checked against
-
-
 def sign_pushed(
     results: Sequence[PushResult],
     signing: Signing,
@@ -206,19 +187,19 @@ def sign_pushed(
             facts = image_facts(result.ref, root, runner)
             made[result.ref] = (facts, audit(facts.files.get(attest.PYTHON_LOCK), runner))
         facts, scan = made[result.ref]
-        http = _http(result.registry, runner, registry_config)
-        with _folder() as folder:
+        http = allow_http(result.registry, runner, registry_config)
+        with tempfile.TemporaryDirectory(dir=run_folder()) as folder:
             documents = {attest.SBOM_TYPE: attest.sbom(facts), attest.PROVENANCE_TYPE: attest.provenance(facts)}
             if scan.predicate is not None:
                 documents[VULN_TYPE] = scan.predicate
             for number, flags in enumerate(signing.signers()):
-                _cosign(runner, ["sign", "--yes", *flags, *http, ref], f"signing {ref}")
+                cosign(runner, ["sign", "--yes", *flags, *http, ref], f"signing {ref}")
                 for kind, document in documents.items():
-                    predicate = folder / f"{kind}.json"
+                    predicate = Path(folder, f"{kind}.json")
                     predicate.write_bytes(document)
                     replace = ["--replace"] if number == 0 else []  # a push again replaces, not piles up
                     argv = ["attest", "--yes", *flags, *http, *replace, "--type", kind, "--predicate", str(predicate)]
-                    _cosign(runner, [*argv, ref], f"attaching the {kind} attestation to {ref}")
+                    cosign(runner, [*argv, ref], f"attaching the {kind} attestation to {ref}")
         done[ref] = f"signed {ref}, its SBOM and provenance attached; vulnerability scan {scan.summary}"
     return list(done.values())
 
@@ -227,7 +208,7 @@ def image_facts(ref: str, root: Path, runner: Runner = DEFAULT) -> attest.ImageF
     """What the SBOM and provenance say of a local image: its labels and `Created`, its files (attest.IMAGE_FILES),
     the lock files of its cell at its commit (the working tree's for a commit marked -dirty or unknown), and the
     engine and buildx that hold it."""
-    info = _inspect(ref, runner)
+    info = inspect_image(ref, runner)
     labels = dict((info.get("Config") or {}).get("Labels") or {})
     locks = _lock_digests(root, labels, runner)
     files = read_files(ref, runner)
@@ -237,74 +218,6 @@ def image_facts(ref: str, root: Path, runner: Runner = DEFAULT) -> attest.ImageF
             "ID and VERSION_ID, which their package URLs (pkg:deb/ID/...?distro=ID-VERSION_ID) need for scanners"
         )
     return attest.ImageFacts(labels, str(info.get("Created", "")), files, locks, _builder(runner))
-
-
-def verify(
-    image: str, trust: Trust, runner: Runner = DEFAULT, registry_config: Mapping[str, Any] | None = None
-) -> Verified:
-    """Resolve `image` to the digest its tag names now (pulling it), then check, against `trust`: the signature,
-    the SBOM and provenance attestations, the SBOM against the image's files and the provenance's commit and base
-    against the image's labels. Raises SigningError with the first reason it does not verify."""
-    ref = resolve(image, runner)
-    http = _http(ref, runner, registry_config)
-    moved = "" if "@" in image else f" ({image} names this digest now: the tag was moved, or the image never signed)"
-    signed = _cosign(runner, ["verify", *trust.flags(), *http, ref], "", check=False)
-    if not signed.ok:
-        raise SigningError(
-            f"{ref}: {_signature_problem(signed, trust)}{moved if 'no signatures' in signed.err else ''}"
-        )
-    repository = split_tag(ref.split("@", 1)[0])[0]
-    signed_as = _signed_repositories(signed.out)
-    if not any(_same_repository(repository, other) for other in signed_as):
-        said = ", ".join(sorted(signed_as)) or "no repository"
-        raise SigningError(f"{ref}: signed as {said}, not as {repository}: a signature copied from elsewhere")
-    predicates = {}
-    for kind in (attest.SBOM_TYPE, attest.PROVENANCE_TYPE):
-        found = _cosign(runner, ["verify-attestation", *trust.flags(), *http, "--type", kind, ref], "", check=False)
-        if not found.ok:
-            raise SigningError(f"{ref}: no {kind} attestation signed by {trust.describe()}: {_cosign_reason(found)}")
-        predicates[kind] = _predicates(found.out, ref)
-    files = read_files(ref, runner)
-    labels = dict((_inspect(ref, runner).get("Config") or {}).get("Labels") or {})
-    problems = attest.attestation_problems(
-        predicates[attest.SBOM_TYPE], predicates[attest.PROVENANCE_TYPE], files, labels
-    )
-    if problems:
-        raise SigningError(f"{ref}: the attestations do not describe this image: " + "; ".join(problems))
-    revision = labels.get("org.opencontainers.image.revision", "unknown")
-    components = json.loads(attest.sbom(attest.ImageFacts(labels, "", files)))["components"]  # the SBOM's, checked
-    counts = {
-        kind: sum(str(c.get("purl", "")).startswith(f"pkg:{kind}/") for c in components) for kind in ("pypi", "deb")
-    }
-    base_name, base_digest = (
-        labels.get("org.opencontainers.image.base.name", ""),
-        labels.get(attest.BASE_DIGEST_LABEL, ""),
-    )
-    base = "@".join(part for part in (base_name, base_digest) if part) or "none recorded"
-    return Verified(
-        ref,
-        (
-            f"signature: {trust.describe()}, as {repository}",
-            f"SBOM (CycloneDX): {counts['pypi']} Python packages = {attest.PYTHON_LOCK}, "
-            f"{counts['deb']} Debian packages = {attest.DPKG_STATUS}",
-            f"provenance (SLSA v1): commit {revision}, base {base}",
-        ),
-        labels,
-    )
-
-
-def resolve(image: str, runner: Runner = DEFAULT) -> str:
-    """REPOSITORY@DIGEST for `image`: pulled once (a digest ref stays as it is), so the digest is the very content
-    the engine now holds; SigningError when it cannot be pulled."""
-    pulled = runner.watched(["docker", "pull", image], Wait(f"pulling {image}", registry_of(image), PULL_TIMEOUT_S))
-    if not pulled.ok:
-        raise SigningError(f"cannot pull {image}: {pulled.last_line}")
-    if "@" in image:
-        return image
-    digest = _DIGEST_LINE.search(pulled.out)
-    if digest is None:
-        raise SigningError(f"`docker pull {image}` named no digest: {pulled.last_line}")
-    return f"{split_tag(image)[0]}@{digest.group(1)}"
 
 
 def read_files(ref: str, runner: Runner = DEFAULT, paths: Sequence[str] = attest.IMAGE_FILES) -> dict[str, str | None]:
@@ -319,9 +232,9 @@ def read_files(ref: str, runner: Runner = DEFAULT, paths: Sequence[str] = attest
     container = created.out.strip()
     files: dict[str, str | None] = {}
     try:
-        with _folder() as folder:
+        with tempfile.TemporaryDirectory(dir=run_folder()) as folder:  # in the run's private folder
             for number, path in enumerate(paths):
-                target = folder / str(number)
+                target = Path(folder, str(number))
                 copied = runner(["docker", "cp", "--follow-link", f"{container}:{path}", str(target)])
                 files[path] = target.read_text(encoding="utf-8", errors="replace") if copied.ok else None
     finally:
@@ -340,48 +253,6 @@ def _remove_dead_readers(runner: Runner) -> None:
             runner.docker("rm", "--force", container)
 
 
-def _predicates(out: str, ref: str) -> list[dict[str, Any]]:
-    """The predicates of the DSSE envelopes `cosign verify-attestation` prints, one JSON object per line."""
-    found = []
-    for line in out.splitlines():
-        if not line.strip().startswith("{"):
-            continue
-        statement = json.loads(base64.b64decode(json.loads(line)["payload"]))
-        found.append(statement["predicate"])
-    if not found:
-        raise SigningError(f"{ref}: cosign verified an attestation but printed none")
-    return found
-
-
-def _signature_problem(done: Result, trust: Trust) -> str:
-    text = done.err + done.out
-    if "no signatures found" in text:
-        return "not signed"
-    if "no matching signatures" in text or "invalid signature" in text or "none of the expected identities" in text:
-        return f"signed, but not by {trust.describe()} (cosign: {_cosign_reason(done)})"
-    return f"the signature does not verify: {_cosign_reason(done)}"
-
-
-def _signed_repositories(out: str) -> set[str]:
-    """The repositories the signatures `cosign verify` printed (and checked) were made for: each signed payload's
-    critical.identity.docker-reference."""
-    found = set()
-    for line in out.splitlines():
-        try:
-            payloads = json.loads(line) if line.lstrip().startswith("[") else []
-            found |= {str(p["critical"]["identity"]["docker-reference"]) for p in payloads}
-        except (ValueError, KeyError, TypeError):
-            continue
-    return found
-
-
-def _same_repository(asked: str, signed: str) -> bool:
-    """Whether `asked` is the repository `signed` names, on its registry or on another one that mirrors it (under
-    the same path, perhaps below a prefix of its own)."""
-    path = signed.split("/", 1)[1] if names_registry(signed) else signed
-    return asked == signed or asked.split("/", 1)[-1] == path or asked.endswith(f"/{path}")
-
-
 def _not_a_public_key(path: Path) -> str | None:
     """Why the file `path` cannot be the public key a signature is checked against (None: it may be one): found
     before anything is pulled."""
@@ -394,14 +265,14 @@ def _not_a_public_key(path: Path) -> str | None:
     return None if "-----BEGIN PUBLIC KEY-----" in text else "is no PEM public key"
 
 
-def _cosign_reason(done: Result) -> str:
+def cosign_reason(done: Result) -> str:
     if done.missing:
         return "cosign is not installed: run `sudo bash scripts/engine.sh` (it installs cosign)"
     lines = [line.strip() for line in (done.err or done.out).splitlines() if line.strip().startswith("Error")]
     return lines[-1].removeprefix("Error: ") if lines else done.last_line
 
 
-def _cosign(
+def cosign(
     runner: Runner, args: list[str], doing: str, *, check: bool = True, timeout: float = COSIGN_TIMEOUT_S
 ) -> Result:
     """cosign, never at a terminal: its input is empty, and an unset COSIGN_PASSWORD is the empty password (a key
@@ -412,11 +283,11 @@ def _cosign(
     where = registry_of(target) if target else "the key's service"
     done = runner.watched(["cosign", *args], Wait(what, where, timeout, tty=False), env=env)
     if check and not done.ok:
-        raise SigningError(f"{doing} failed: {_cosign_reason(done)}")
+        raise SigningError(f"{doing} failed: {cosign_reason(done)}")
     return done
 
 
-def _http(ref: str, runner: Runner, config: Mapping[str, Any] | None) -> list[str]:
+def allow_http(ref: str, runner: Runner, config: Mapping[str, Any] | None) -> list[str]:
     """`--allow-http-registry` where dockerd itself reaches the registry without verified TLS (127.0.0.0/8 by
     default): the same registries, no more."""
     if config is None:
@@ -425,7 +296,7 @@ def _http(ref: str, runner: Runner, config: Mapping[str, Any] | None) -> list[st
     return ["--allow-http-registry"] if daemon_treats_as_insecure(ref.split("/", 1)[0], config or {}) else []
 
 
-def _inspect(ref: str, runner: Runner) -> dict[str, Any]:
+def inspect_image(ref: str, runner: Runner) -> dict[str, Any]:
     done = runner(["docker", "image", "inspect", ref])
     if not done.ok:
         raise SigningError(f"cannot inspect {ref}: {done.last_line}")
@@ -477,10 +348,3 @@ def _builder(runner: Runner) -> dict[str, str]:
     if buildx.ok and len(buildx.out.split()) > 1:
         builder["buildx"] = buildx.out.split()[1]
     return builder
-
-
-@contextlib.contextmanager
-def _folder() -> Iterator[Path]:
-    """A fresh folder inside the run's private folder, removed on leaving."""
-    with tempfile.TemporaryDirectory(dir=run_folder()) as name:
-        yield Path(name)

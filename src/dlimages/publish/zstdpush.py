@@ -8,10 +8,8 @@ in the repository's .work/ that holds only the compressed layers; skopeo copies 
 is (`--preserve-digests`). The uncompressed bytes of every layer are hashed on the way and must be the layer's
 digest. The image's config is kept byte for byte, so the registry's image has the local image ID.
 
-The engine's stream is read straight from its API socket where the CLI would use a local one (DOCKER_HOST
-unix://..., or no DOCKER_HOST and no other context): the CLI's copy of it through a pipe took as long again as the
-engine's own streaming (measured: 13 s against 5 s for 5.9 GB). The tar is read by a small reader into one reused
-buffer: tarfile's read path alone took 7 s for the same bytes, as long as hashing and compressing them together.
+The stream comes from the engine's API socket where it can, read by a small tar reader (core.imagestream: both
+measured faster than the CLI's pipe and tarfile).
 
 The same image gives the same bytes, so the same manifest digest, push after push and host after host: the level is
 fixed, the zstd library is the pinned `zstandard` wheel's, and zstd's multi-threaded output does not depend on the
@@ -28,23 +26,20 @@ GZIP_LEVEL).
 from __future__ import annotations
 
 import hashlib
-import http.client
-import io
 import json
 import os
 import shutil
-import socket
 import tempfile
-import urllib.parse
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 import zstandard
 
+from dlimages.core.imagestream import ArchiveError, Saver, TarStream, docker_save
 from dlimages.core.references import registry_of, split_tag
-from dlimages.core.runner import Result, Runner, byte_stream
+from dlimages.core.runner import Result, Runner
 from dlimages.core.watch import Wait
 from dlimages.publish.pgzip import ParallelGzip
 
@@ -53,8 +48,6 @@ OLD_SAVE = "--compression zstd needs Docker 25.0 or later to push from: its `doc
 ZSTD_LEVEL = 3  # fixed: another level gives other bytes, so another digest
 GZIP_LEVEL = 6  # what `docker push` uses (Go's default)
 LEVELS = {"zstd": ZSTD_LEVEL, "gzip": GZIP_LEVEL}
-SAVE_TIMEOUT_S = 3600.0
-CHUNK = 1 << 20
 SMALL = 1 << 22  # blobs up to this size are also kept as they are: the index, manifests and configs are among them
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
@@ -62,9 +55,6 @@ GZIP_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 LAYER_TYPES = ("application/vnd.oci.image.layer.v1.tar", "application/vnd.docker.image.rootfs.diff.tar")
 GZIP_LAYER_TYPES = ("application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.docker.image.rootfs.diff.tar.gzip")
 _GZIP_MAGIC = b"\x1f\x8b"
-
-# `docker save REF` as a readable stream of its tar, and a function that waits for it and returns how it ended.
-Saver = Callable[[str], tuple[IO[bytes], Callable[[], Result]]]
 
 
 class _Stream(Protocol):
@@ -75,70 +65,8 @@ class _Stream(Protocol):
     def flush(self) -> bytes: ...
 
 
-class LayoutError(Exception):
+class LayoutError(ArchiveError):
     """`docker save`'s output is not what an OCI layout of one image should be."""
-
-
-def docker_save(ref: str) -> tuple[IO[bytes], Callable[[], Result]]:
-    """`docker save REF` from the engine's API socket where the CLI would use a local one, through the CLI
-    otherwise (a TCP, TLS or SSH host, another context, a socket that does not answer)."""
-    path = engine_socket(os.environ)
-    if path is not None:
-        try:
-            return _api_save(path, ref)
-        except (OSError, http.client.HTTPException):
-            pass  # not an engine that answers: the CLI says what is wrong, as for every other command
-    return byte_stream(["docker", "save", ref], SAVE_TIMEOUT_S)
-
-
-def engine_socket(env: Mapping[str, str]) -> str | None:
-    """The unix socket the docker CLI talks to with this environment; None where it would use something else."""
-    host = env.get("DOCKER_HOST", "")
-    if host:
-        return host.removeprefix("unix://") if host.startswith("unix://") else None
-    if env.get("DOCKER_CONTEXT", "default") != "default":
-        return None
-    config = Path(env.get("DOCKER_CONFIG") or Path(env.get("HOME", "/")) / ".docker") / "config.json"
-    try:
-        context = json.loads(config.read_text(encoding="utf-8")).get("currentContext") or "default"
-    except (OSError, ValueError, AttributeError):
-        context = "default"
-    return "/var/run/docker.sock" if context == "default" else None
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=SAVE_TIMEOUT_S)
-        self.path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.path)
-
-
-def _api_save(path: str, ref: str) -> tuple[IO[bytes], Callable[[], Result]]:
-    """GET /images/get, the endpoint `docker save` reads: the response to read, and how it ended (an error status
-    carries the engine's message, as the CLI prints it)."""
-    argv = ("docker", "save", ref)
-    connection = _UnixConnection(path)
-    connection.request("GET", "/images/get?names=" + urllib.parse.quote(ref, safe=""))
-    response = connection.getresponse()
-    if response.status != 200:
-        body = response.read().decode(errors="replace")
-        connection.close()
-        try:
-            message = json.loads(body).get("message", body)
-        except (ValueError, AttributeError):
-            message = body
-        return io.BytesIO(b""), lambda: Result(argv, 1, "", f"docker save {ref}: the engine answered {message}")
-
-    def finish() -> Result:
-        whole = response.isclosed()  # read to the end of its last chunk: the engine sent all of it
-        connection.close()
-        return Result(argv, 0 if whole else 1, "", "" if whole else "the engine's stream ended early")
-
-    return response, finish
 
 
 class Archives:
@@ -161,7 +89,7 @@ class Archives:
             error = ""
             try:
                 self.configs[local_id] = write_layout(stream, layout, self.compression)["config"]["digest"]
-            except (LayoutError, OSError, ValueError) as problem:
+            except (ArchiveError, OSError, ValueError) as problem:
                 error = str(problem)
             finally:
                 stream.close()
@@ -177,99 +105,11 @@ class Archives:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-class _Tar:
-    """The members of a tar read from a stream, their data in one reused CHUNK-sized buffer: ustar and GNU headers,
-    PAX and GNU long-name records, base-256 sizes (what Go's archive/tar, which the engine writes with, may use)."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.stream = stream
-        self.view = memoryview(bytearray(CHUNK))
-        self.left = 0  # data bytes of the current member not yet read
-
-    def members(self) -> Iterator[tuple[str, int, bool]]:
-        """(name, size, whether it is a regular file) of each member; read its data with `data` before the next."""
-        overrides: dict[str, str] = {}
-        while True:
-            header = self._exact(512, at_end=b"")
-            if not any(header):  # the end, or its marker: the rest is padding
-                while self._read(self.view):
-                    pass
-                return
-            if sum(header[:148]) + 8 * 32 + sum(header[156:]) != _number(header[148:156]):
-                raise LayoutError("docker save's stream is not a tar (a header's checksum is wrong)")
-            kind, size = header[156:157], _number(header[124:136])
-            if kind in (b"x", b"g", b"L"):
-                record = self._exact(size)
-                self._exact(-size % 512)
-                if kind == b"x":
-                    overrides.update(_pax(record))
-                elif kind == b"L":
-                    overrides["path"] = record.rstrip(b"\0").decode()
-                continue
-            name = header[:100].split(b"\0")[0].decode()
-            if header[257:262] == b"ustar" and header[345] != 0:
-                name = header[345:500].split(b"\0")[0].decode() + "/" + name
-            name, size = overrides.get("path", name), int(overrides.get("size", size))
-            overrides = {}
-            self.left = size
-            yield name, size, kind in (b"0", b"\0", b"7")
-            while self.left:
-                self.left -= self._read(self.view[: min(CHUNK, self.left)], data=True)
-            self._exact(-size % 512)
-
-    def data(self) -> Iterator[memoryview]:
-        """The current member's data, a buffer at a time (each valid until the next is asked for)."""
-        while self.left:
-            read = self._read(self.view[: min(CHUNK, self.left)], data=True)
-            self.left -= read
-            yield self.view[:read]
-
-    def _read(self, into: memoryview, data: bool = False) -> int:
-        try:
-            read = self.stream.readinto(into)  # type: ignore[attr-defined]
-        except http.client.HTTPException as broke:
-            raise LayoutError(f"the engine's stream broke off: {broke!r}") from broke
-        if data and not read:
-            raise LayoutError("docker save's stream ended inside a file")
-        return int(read or 0)
-
-    def _exact(self, size: int, at_end: bytes | None = None) -> bytes:
-        """`size` bytes; `at_end` where the stream ends before the first of them (and it may)."""
-        out = bytearray()
-        while len(out) < size:
-            read = self._read(self.view[: size - len(out)])
-            if not read:
-                if at_end is not None and not out:
-                    return at_end
-                raise LayoutError("docker save's stream ended inside a header")
-            out += self.view[:read]
-        return bytes(out)
-
-
-def _number(field: bytes) -> int:
-    """A tar header's number: octal digits, or base-256 (GNU, for sizes over 8 GiB) when the top bit is set."""
-    if field[0] & 0x80:
-        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
-    digits = field.strip(b"\0 ")
-    return int(digits, 8) if digits else 0
-
-
-def _pax(record: bytes) -> dict[str, str]:
-    """A PAX extended header's "LENGTH key=value\\n" records."""
-    found, at = {}, 0
-    while at < len(record):
-        space = record.index(b" ", at)
-        length = int(record[at:space])
-        key, _, value = record[space + 1 : at + length - 1].partition(b"=")
-        found[key.decode()] = value.decode()
-        at += length
-    return found
-
-
 def write_layout(stream: IO[bytes], layout: Path, compression: str = "zstd") -> dict[str, Any]:
     """Read `docker save`'s tar from `stream` and write `layout`: an OCI layout of its one image with every layer
     compressed by zstd (ZSTD_LEVEL) or gzip (GZIP_LEVEL, pgzip.py), the config as it was. Returns the new manifest.
-    Raises LayoutError when a layer's bytes are not its digest or the tar is not an OCI layout of one image."""
+    Raises LayoutError when a layer's bytes are not its digest or the tar is not an OCI layout of one image (its
+    base, ArchiveError, when it is not a whole tar)."""
     blobs = layout / "blobs" / "sha256"
     blobs.mkdir(parents=True)
     threads = max(1, os.cpu_count() or 1)
@@ -280,12 +120,12 @@ def write_layout(stream: IO[bytes], layout: Path, compression: str = "zstd") -> 
     media_type = ZSTD_LAYER if compression == "zstd" else GZIP_LAYER
     small: dict[str, bytes] = {}  # digest -> bytes, for the blobs up to SMALL and index.json
     compressed: dict[str, tuple[str, int, str]] = {}  # saved blob's digest -> (zstd digest, size, diff_id)
-    archive = _Tar(stream)
+    archive = TarStream(stream)
     for name, size, is_file in archive.members():
         if not is_file:
             continue
         if name == "index.json":
-            small["index.json"] = b"".join(bytes(chunk) for chunk in archive.data())
+            small["index.json"] = archive.read()
         elif name.startswith("blobs/sha256/"):
             digest = "sha256:" + name.removeprefix("blobs/sha256/")
             compressed[digest] = _compress(archive.data(), digest, blobs, compressor, small, size)

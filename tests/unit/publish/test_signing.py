@@ -13,7 +13,7 @@ import pytest
 from dlimages.core.errors import InputError
 from dlimages.core.references import names_registry
 from dlimages.core.runner import Result, Runner
-from dlimages.publish import signing
+from dlimages.publish import signing, verification
 
 
 def test_signing_takes_the_flag_then_the_environment() -> None:
@@ -137,10 +137,10 @@ def test_the_key_is_loaded_before_anything_is_pushed_and_cosign_is_never_at_a_te
 def test_resolve_takes_the_digest_the_pull_names() -> None:
     digest = "sha256:" + "a" * 64
     runner = fake({"docker pull": Result((), 0, f"v1: Pulling from lab/x\nDigest: {digest}\nStatus: up to date\n")})
-    assert signing.resolve("127.0.0.1:5000/lab/x:v1", runner) == f"127.0.0.1:5000/lab/x@{digest}"
+    assert verification.resolve("127.0.0.1:5000/lab/x:v1", runner) == f"127.0.0.1:5000/lab/x@{digest}"
     failed = fake({"docker pull": Result((), 1, "", "manifest unknown")})
     with pytest.raises(signing.SigningError, match=r"cannot pull 127\.0\.0\.1:5000/lab/x:v1: manifest unknown"):
-        signing.resolve("127.0.0.1:5000/lab/x:v1", failed)
+        verification.resolve("127.0.0.1:5000/lab/x:v1", failed)
 
 
 def test_an_unsigned_tag_says_it_may_have_been_moved() -> None:
@@ -156,7 +156,7 @@ def test_an_unsigned_tag_says_it_may_have_been_moved() -> None:
     )
     trust = signing.Trust("k.pub")
     with pytest.raises(signing.SigningError) as raised:
-        signing.verify("127.0.0.1:5000/lab/x:v1", trust, runner)
+        verification.verify("127.0.0.1:5000/lab/x:v1", trust, runner)
     assert str(raised.value) == (
         f"127.0.0.1:5000/lab/x@{digest}: not signed (127.0.0.1:5000/lab/x:v1 names this digest now: the tag was "
         "moved, or the image never signed)"
@@ -166,21 +166,21 @@ def test_an_unsigned_tag_says_it_may_have_been_moved() -> None:
 def test_predicates_are_read_from_dsse_envelopes() -> None:
     statement = {"predicateType": "https://cyclonedx.org/bom", "predicate": {"bomFormat": "CycloneDX"}}
     line = json.dumps({"payload": base64.b64encode(json.dumps(statement).encode()).decode()})
-    assert signing._predicates(f"{line}\n", "r") == [{"bomFormat": "CycloneDX"}]
+    assert verification._predicates(f"{line}\n", "r") == [{"bomFormat": "CycloneDX"}]
     with pytest.raises(signing.SigningError, match="printed none"):
-        signing._predicates("Verification for r --\n", "r")
+        verification._predicates("Verification for r --\n", "r")
 
 
 def test_the_repository_a_signature_was_made_for_is_read_from_what_cosign_verified() -> None:
     payload = {"critical": {"identity": {"docker-reference": "127.0.0.1:5057/lab/x"}, "image": {}}, "optional": None}
     out = "\nVerification for 127.0.0.1:5057/lab/x@sha256:... --\n" + json.dumps([payload]) + "\n"
-    assert signing._signed_repositories(out) == {"127.0.0.1:5057/lab/x"}
-    assert signing._signed_repositories("not json\n[broken\n") == set()
-    assert signing._same_repository("127.0.0.1:5057/lab/x", "127.0.0.1:5057/lab/x")
-    assert signing._same_repository("mirror.example/lab/x", "127.0.0.1:5057/lab/x")  # a mirror, same path
-    assert signing._same_repository("mirror.example/team/lab/x", "127.0.0.1:5057/lab/x")  # below its own prefix
-    assert not signing._same_repository("127.0.0.1:5057/lab/y", "127.0.0.1:5057/lab/x")  # copied elsewhere
-    assert not signing._same_repository("127.0.0.1:5057/evil-lab/x", "127.0.0.1:5057/lab/x")
+    assert verification._signed_repositories(out) == {"127.0.0.1:5057/lab/x"}
+    assert verification._signed_repositories("not json\n[broken\n") == set()
+    assert verification._same_repository("127.0.0.1:5057/lab/x", "127.0.0.1:5057/lab/x")
+    assert verification._same_repository("mirror.example/lab/x", "127.0.0.1:5057/lab/x")  # a mirror, same path
+    assert verification._same_repository("mirror.example/team/lab/x", "127.0.0.1:5057/lab/x")  # below its own prefix
+    assert not verification._same_repository("127.0.0.1:5057/lab/y", "127.0.0.1:5057/lab/x")  # copied elsewhere
+    assert not verification._same_repository("127.0.0.1:5057/evil-lab/x", "127.0.0.1:5057/lab/x")
 
 
 @pytest.mark.parametrize(
