@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 from support import free_port, require_engine
 
+from dlimages.core.imagestream import docker_save, engine_socket
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import byte_stream
-from dlimages.publish.zstdpush import docker_save, engine_socket, write_layout
+from dlimages.publish.zstdpush import write_layout
 
 pytestmark = pytest.mark.integration
 

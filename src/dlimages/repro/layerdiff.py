@@ -2,10 +2,10 @@
 differs, every file that differs and how (content, mode, owner, time, type, link target, only in one image).
 
 `compare_images` asks the engine for both images (through the runner) and streams `docker save` of each through
-`SaveFn`; layers are parsed as they pass, never extracted or held whole. Identical layers are skipped unread where
-the archive names blobs by digest (Docker 25+); Docker 20.10's <id>/layer.tar names say nothing of the diff_id, so
-there each layer is hashed and parsed in one pass and only the changed ones are kept. What a comparison finds, and
-how it reads, is comparison.py's.
+`SaveFn` (core.imagestream's by default), read by core.imagestream's tar reader; layers are parsed as they pass,
+never extracted or held whole. Identical layers are skipped unread where the archive names blobs by digest (Docker
+25+); Docker 20.10's <id>/layer.tar names say nothing of the diff_id, so there each layer is hashed and parsed in
+one pass and only the changed ones are kept. What a comparison finds, and how it reads, is comparison.py's.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import io
 import json
 import math
 import re
-import subprocess
 import tarfile
-import tempfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
+from dlimages.core.imagestream import CHUNK, ArchiveError, TarStream
+from dlimages.core.imagestream import docker_save as save_stream
 from dlimages.core.runner import DEFAULT, Runner
 from dlimages.repro.comparison import (
     FileDifference,
@@ -40,11 +40,9 @@ from dlimages.repro.comparison import (
 # Yields `docker save REF` as a stream: an OCI layout (Docker 25+) or the older <id>/layer.tar one.
 SaveFn = Callable[[str], AbstractContextManager[IO[bytes]]]
 
-CHUNK = 1 << 20  # read size for archives, layers and file contents: few Python calls per GB, little memory
 # tarfile's stream buffer: it copies what is left of the buffer on every read (each header of a small file),
 # so a large one costs more than it saves; 32 KiB read a 400 MB layer of 20000 files fastest.
 TAR_BUFFER = 1 << 15
-SAVE_EXIT_WAIT_S = 30.0
 
 _JSON_MAX = 4 << 20  # configs, manifests and indexes are kilobytes; a larger member is a layer
 _HEAD = 512  # one tar block: enough to tell JSON, gzip, zstd and an empty tar apart
@@ -58,9 +56,7 @@ class CompareError(Exception):
     """An image could not be compared: it does not exist, or `docker save` failed or wrote something unreadable."""
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Reading `docker save` archives as a stream.
-# ---------------------------------------------------------------------------------------------------------------
+# --- reading the saved images: the config and the changed layers, parsed as they pass ---------------------------------
 
 
 @dataclass(frozen=True)
@@ -85,57 +81,32 @@ class _Saved:
 
 @contextlib.contextmanager
 def docker_save(ref: str) -> Iterator[IO[bytes]]:
-    """`docker save REF` as a binary stream. Leaving the block early stops docker; when docker fails, the error
-    (raised on leaving the block) names the ref and docker's last stderr line."""
-    # The one process started outside runner.py: Runner captures output as text in memory, and an image is
-    # gigabytes of tar that must be read as it arrives and cut off once the wanted layers have passed.
-    with tempfile.TemporaryFile() as err:  # a file, not a pipe: stderr cannot fill up and stall docker
-        try:
-            proc = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE, stderr=err)
-        except OSError as error:
-            raise CompareError(f"cannot run docker save {ref}: {error}") from error
-        with proc:
-            assert proc.stdout is not None
-            try:
-                yield proc.stdout
-            except Exception as error:
-                # A reader that failed at the end of the stream (nothing, or a cut archive) failed because docker
-                # did: its message is the one to show. One still mid-stream failed on its own.
-                at_end = proc.poll() is not None or not proc.stdout.read(1)
-                code = _stop(proc, wait=at_end)
-                if at_end and code not in (0, None):
-                    raise CompareError(f"docker save {ref} failed (exit {code}): {_last_line(err)}") from error
-                raise
-            except BaseException:
-                _stop(proc, wait=False)
-                raise
-            # The reader has what it needs (checked by digest): whatever docker still had to write is not needed.
-            _stop(proc, wait=False)
-
-
-def _stop(proc: subprocess.Popen[bytes], *, wait: bool) -> int | None:
-    """The exit code of a docker that ended by itself; None for one that was still writing and was stopped."""
-    if wait:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            return proc.wait(timeout=SAVE_EXIT_WAIT_S)
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-        return None
-    return proc.returncode
-
-
-def _last_line(err: IO[bytes]) -> str:
-    err.seek(0)
-    lines = [line.strip() for line in err.read().decode(errors="replace").splitlines() if line.strip()]
-    return lines[-1] if lines else "no output"
+    """`docker save REF` as a binary stream (core.imagestream.docker_save). Leaving the block early stops docker; when
+    docker fails, the error (raised on leaving the block) names the ref and docker's last stderr line."""
+    stream, finish = save_stream(ref)
+    at_end = False
+    try:
+        yield stream
+    except Exception:
+        # A reader that failed at the end of the stream (nothing, or a cut archive) failed because docker did: its
+        # message is the one to show. One still mid-stream failed on its own.
+        with contextlib.suppress(Exception):
+            at_end = not stream.read(1)
+        raise
+    finally:
+        # The reader has what it needs (checked by digest), or failed: whatever docker still had to write is not
+        # needed, and docker stops once its stream is closed.
+        stream.close()
+        done = finish()
+        if at_end and not done.ok:
+            raise CompareError(f"docker save {ref} failed (exit {done.code}): {done.last_line}")
 
 
 def _read_saved(image: _Image, wanted: set[str], save: SaveFn) -> _Saved:
     with save(image.ref) as stream:
         try:
             return _read_archive(stream, image, wanted)
-        except (tarfile.TarError, EOFError, OSError, zlib.error) as error:
+        except (ArchiveError, tarfile.TarError, EOFError, OSError, zlib.error) as error:
             raise CompareError(f"cannot read docker save of {image.ref}: {error}") from error
 
 
@@ -159,11 +130,6 @@ class _Reader(io.RawIOBase):
             return self._source.read(size)
         data, self._head = (self._head, b"") if size < 0 else (self._head[:size], self._head[size:])
         return data
-
-    def readinto(self, buffer: Any, /) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
 
 class _Tee(_Reader):
@@ -196,29 +162,28 @@ def _read_archive(stream: IO[bytes], image: _Image, wanted: set[str]) -> _Saved:
     config: bytes | None = None
     layers: dict[str, _Layer] = {}
     unreadable = 0
-    with tarfile.open(fileobj=stream, mode="r|", bufsize=TAR_BUFFER) as outer:
-        for member in _entries(outer):
-            source = outer.extractfile(member) if member.isreg() else None
-            if source is None:
-                continue  # directories; a layer.tar linked to one already read
-            name = member.name.removeprefix("./")
-            head = source.read(_HEAD)
-            blob = _BLOB.fullmatch(name)
-            if blob and blob.group(1) in wanted_hex and not head.startswith(_GZIP):
-                layers.update(_layer_from(source, head, wanted, named=name))
-            elif head.startswith(_GZIP) or name.endswith("/layer.tar"):
-                # A compressed blob is named by its compressed digest, a 20.10 layer.tar by a v1 ID: only the
-                # digest of the tar itself says which layer it is.
-                layers.update(_layer_from(source, head, wanted))
-            elif head.startswith(_ZSTD):
-                unreadable += 1
-            elif member.size <= _JSON_MAX and head.lstrip()[:1] in (b"{", b"["):
-                data = head + source.read()
-                small[name] = data
-                if hashlib.sha256(data).hexdigest() == config_hex:
-                    config = data
-            if config is not None and wanted <= layers.keys():
-                break
+    archive = TarStream(stream)
+    for name, size, is_file in archive.members():
+        if not is_file:
+            continue  # directories; a layer.tar linked to one already read
+        name = name.removeprefix("./")
+        head = archive.read(_HEAD)
+        blob = _BLOB.fullmatch(name)
+        if blob and blob.group(1) in wanted_hex and not head.startswith(_GZIP):
+            layers.update(_layer_from(archive, head, wanted, named=name))
+        elif head.startswith(_GZIP) or name.endswith("/layer.tar"):
+            # A compressed blob is named by its compressed digest, a 20.10 layer.tar by a v1 ID: only the digest
+            # of the tar itself says which layer it is.
+            layers.update(_layer_from(archive, head, wanted))
+        elif head.startswith(_ZSTD):
+            unreadable += 1
+        elif size <= _JSON_MAX and head.lstrip()[:1] in (b"{", b"["):
+            data = head + archive.read()
+            small[name] = data
+            if hashlib.sha256(data).hexdigest() == config_hex:
+                config = data
+        if config is not None and wanted <= layers.keys():
+            break
     config = config if config is not None else _config_from_manifest(small)
     if config is None:
         raise CompareError(
@@ -243,7 +208,7 @@ def _config_from_manifest(small: Mapping[str, bytes]) -> bytes | None:
         return None
 
 
-def _layer_from(source: IO[bytes], head: bytes, wanted: set[str], *, named: str = "") -> dict[str, _Layer]:
+def _layer_from(source: _Readable, head: bytes, wanted: set[str], *, named: str = "") -> dict[str, _Layer]:
     """{diff_id: layer} for a member that may be a wanted layer, {} for one that is not. A member `named` by a
     wanted digest must be that layer: a tar that does not parse or hash as named is an error, not a skip."""
     compressed = head.startswith(_GZIP)
@@ -269,35 +234,21 @@ def _layer_from(source: IO[bytes], head: bytes, wanted: set[str], *, named: str 
 
 def _layer_entries(reader: _Readable) -> _Layer:
     """Every entry of a layer tar, read as a stream; file contents hashed chunk by chunk, never kept."""
-    first = _read_exactly(reader, tarfile.BLOCKSIZE)
+    first = reader.read(tarfile.BLOCKSIZE)  # whole: the sniffed head is one block, and GzipFile reads till it has it
     if not first.strip(b"\0"):
         return _Layer({}, ())  # an empty tar is all zeros, which tarfile refuses to open
     files: dict[str, FileState] = {}
     order: list[str] = []
     with tarfile.open(fileobj=_Reader(reader, first), mode="r|", bufsize=TAR_BUFFER) as tar:
-        for info in _entries(tar):
+        while (info := tar.next()) is not None:
+            # tarfile keeps every header in `members` (undeclared in its stubs): a layer can hold a million files
+            members = getattr(tar, "members", None)
+            if isinstance(members, list):
+                members.clear()
             path = image_path(info.name)
             files[path] = _state(tar, info)  # a later entry of the same path replaces the earlier one
             order.append(path)
     return _Layer(files, tuple(order))
-
-
-def _entries(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
-    """The members of a stream-mode tar, one by one, each header forgotten once the next is read: tarfile keeps
-    them all in `members` (undeclared in its stubs), and a layer can hold a million files."""
-    while (info := tar.next()) is not None:
-        members = getattr(tar, "members", None)
-        if isinstance(members, list):
-            members.clear()
-        yield info
-
-
-def _read_exactly(reader: _Readable, size: int) -> bytes:
-    """`size` bytes, fewer only at the end: a read may return less than asked."""
-    data = b""
-    while len(data) < size and (more := reader.read(size - len(data))):
-        data += more
-    return data
 
 
 def image_path(name: str) -> str:
@@ -366,9 +317,7 @@ def _mtime(info: tarfile.TarInfo) -> tuple[int, int]:
     return (-seconds if sign else seconds), nsec
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Comparing two images.
-# ---------------------------------------------------------------------------------------------------------------
+# --- comparing two images ---------------------------------------------------------------------------------------------
 
 
 def _at(items: tuple[str, ...], index: int) -> str | None:
