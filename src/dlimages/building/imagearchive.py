@@ -2,24 +2,18 @@
 from the layer tarball, the tag and SOURCE_DATE_EPOCH, so its image ID is the same on every machine.
 
 `docker import` stamps the image config with the time of the import; here `created` is the epoch and the JSON is
-canonical, so the image ID (the sha256 of the config) depends on the layer alone. Example::
-
-    python3 -m dlimages.building.imagearchive --layer .work/base/debian12-minbase.tar \\
-        --out .work/base/debian12-minbase.docker.tar --tag dlimages/base:debian12 --epoch 1747699200
-    # prints sha256:...; `docker load -i` of the archive gives that image ID (classic image store)
+canonical, so the image ID (the sha256 of the config) depends on the layer alone (`docker load -i` of the archive
+gives that image ID on the classic store; the config the manifest names on the containerd store). `invoke base`
+writes the offline bases with it (building/base.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
-import re
-import sys
 import tarfile
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -41,7 +35,6 @@ LAYER_ALLOWED = "a plain .tar, as mmdebstrap --format=tar writes"
 TAG_ALLOWED = "repository:tag, e.g. dlimages/base:debian12"
 EPOCH_ALLOWED = f"whole seconds since 1970 in ASCII digits, 0 to {MAX_EPOCH}, e.g. 1747699200"
 CREATED_BY_ALLOWED = f"printable ASCII, 1 to {MAX_CREATED_BY} characters"
-_DIGITS = re.compile("[0-9]{1,12}")  # ASCII only: int() also takes other scripts' digits, '1_000' and spaces
 
 
 @dataclass(frozen=True)
@@ -94,11 +87,6 @@ def layer_diff_id(layer: Path) -> str:
         while chunk := source.read(CHUNK):
             digest.update(chunk)
     return "sha256:" + digest.hexdigest()
-
-
-def parse_epoch(text: str) -> int | None:
-    """SOURCE_DATE_EPOCH as given on a command line, or None when it is not whole seconds in ASCII digits."""
-    return int(text) if _DIGITS.fullmatch(text) else None
 
 
 def tag_problem(tag: str) -> str | None:
@@ -239,56 +227,3 @@ class _HashingReader:
 
     def diff_id(self) -> str:
         return "sha256:" + self._digest.hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line: used by scripts/make-base.sh.
-# ---------------------------------------------------------------------------------------------
-
-USAGE_ERROR = 2
-WRITE_ERROR = 1
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python3 -m dlimages.building.imagearchive",
-        description="Write a reproducible docker-archive of one layer tarball and print its image ID. "
-        "Exit 0 written, 1 could not write, 2 bad input (nothing written).",
-    )
-    parser.add_argument("--layer", required=True, metavar="TAR", help="the uncompressed layer tarball (mmdebstrap's)")
-    parser.add_argument("--out", required=True, metavar="FILE", help="where the archive goes (its folder must exist)")
-    parser.add_argument("--tag", required=True, metavar="REPO:TAG", help="the name docker load gives the image")
-    parser.add_argument("--epoch", required=True, metavar="SECONDS", help="SOURCE_DATE_EPOCH: `created` and mtimes")
-    parser.add_argument(
-        "--created-by",
-        default=DEFAULT_CREATED_BY,
-        metavar="TEXT",
-        help=f"how the layer was made, for `docker history` (default {DEFAULT_CREATED_BY!r}); no host paths",
-    )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Bad flags are exit 2 (argparse's usage errors included) with every problem named; nothing is written."""
-    args = build_parser().parse_args(argv)
-    epoch = parse_epoch(args.epoch)
-    problems = [] if epoch is not None else [Problem("--epoch", f"{args.epoch[:40]!r} is not a number", EPOCH_ALLOWED)]
-    layer, out, config = Path(args.layer), Path(args.out), ImageConfig(created_by=args.created_by)
-    try:
-        problems += archive_problems(layer, out, tag=args.tag, epoch=epoch or 0, config=config)
-        if problems:
-            raise InputError(problems)
-        assert epoch is not None
-        image_id = write_docker_archive(layer, out, tag=args.tag, epoch=epoch, config=config)
-    except InputError as error:
-        print(error.report(), file=sys.stderr)
-        return USAGE_ERROR
-    except OSError as error:
-        print(f"error: cannot write {out}: {error.strerror or error}", file=sys.stderr)
-        return WRITE_ERROR
-    print(image_id)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dlimages.artifacts import oslock
-from dlimages.building.base import base_lock, make_base_argv, missing_bases
+from dlimages.building.base import base_lock, created_by, make_base_argv, missing_bases
 from dlimages.core.errors import InputError
 from dlimages.core.runner import Runner
 
@@ -30,16 +30,25 @@ def _root(tmp_path: Path) -> Path:
 
 def test_the_base_is_made_from_the_flat_repository_of_its_lock(tmp_path: Path) -> None:
     lock = oslock.AptLock.parse(LOCK_TEXT, "lock")
-    argv = make_base_argv(Path("/repo"), Path("/repo/.work/apt/repo/x"), lock, "dlimages/base:debian12", check=True)
+    argv = make_base_argv(Path("/repo"), Path("/repo/.work/apt/repo/x"), lock, check=True)
     assert argv == [
-        "bash", "/repo/scripts/make-base.sh", "--repo", "/repo/.work/apt/repo/x", "--lock-digest", lock.digest(),
-        "--os", "debian12", "--suite", "bookworm", "--tag", "dlimages/base:debian12",
+        "bash", "/repo/scripts/make-base.sh", "--repo", "/repo/.work/apt/repo/x", "--os", "debian12",
+        "--suite", "bookworm", "--out", "/repo/.work/base", "--epoch", "1747699200",
         "--archive", oslock.DEBIAN_PUBLIC["debian"], "--security-archive", oslock.DEBIAN_PUBLIC["debian-security"],
         "--check",
     ]  # fmt: skip
     trixie = oslock.AptLock.parse(LOCK_TEXT.replace("debian12 (bookworm", "debian13 (trixie"), "lock")
-    argv = make_base_argv(Path("/repo"), Path("/repo/x"), trixie, "dlimages/base:debian13")
-    assert argv[-10:-4] == ["--os", "debian13", "--suite", "trixie", "--tag", "dlimages/base:debian13"]
+    argv = make_base_argv(Path("/repo"), Path("/repo/x"), trixie)
+    assert argv[4:8] == ["--os", "debian13", "--suite", "trixie"]
+
+
+def test_the_bases_history_names_its_lock_and_nothing_of_this_machine() -> None:
+    # Part of the image ID: the words make-base.sh wrote before the archive moved into the package, unchanged.
+    lock = oslock.AptLock.parse(LOCK_TEXT, "lock")
+    assert created_by(lock) == (
+        f"mmdebstrap --mode=root --variant=essential --format=tar bookworm, every package of base-debian12.apt.lock "
+        f"{lock.digest()} (merged-usr hook; man, doc, locale, info excluded; SOURCE_DATE_EPOCH=1747699200)"
+    )
 
 
 def test_the_bases_packages_come_from_the_hosts_mirror_else_debians_own(tmp_path: Path) -> None:

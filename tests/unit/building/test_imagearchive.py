@@ -8,8 +8,6 @@ import hashlib
 import io
 import json
 import os
-import subprocess
-import sys
 import tarfile
 import tracemalloc
 from pathlib import Path
@@ -18,7 +16,7 @@ from typing import Any
 import pytest
 
 from dlimages.building import imagearchive
-from dlimages.building.imagearchive import DEBIAN_PATH, ImageConfig, config_json, main, write_docker_archive
+from dlimages.building.imagearchive import DEBIAN_PATH, ImageConfig, config_json, write_docker_archive
 from dlimages.core.errors import InputError
 
 EPOCH = 1747699200  # 2025-05-20T00:00:00Z
@@ -214,117 +212,22 @@ def test_a_layer_that_changes_while_it_is_copied_leaves_nothing(
     assert out.read_bytes() == b"the previous archive"
 
 
-def test_a_failed_write_is_exit_1_and_leaves_nothing(
-    layer: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_failed_write_leaves_nothing(layer: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def disk_full(src: object, dst: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", disk_full)
-    code = main(["--layer", str(layer), "--out", str(tmp_path / "base.tar"), "--tag", TAG, "--epoch", str(EPOCH)])
-    assert code == 1
-    assert capsys.readouterr().err == f"error: cannot write {tmp_path / 'base.tar'}: No space left on device\n"
+    with pytest.raises(OSError, match="No space left on device"):
+        write(layer, tmp_path / "base.tar")
     assert [p.name for p in tmp_path.iterdir()] == ["layer.tar"]
 
 
-# --- Command line -------------------------------------------------------------------------------------------------
-
-
-def test_cli_prints_the_image_id(layer: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "base.tar"
-    assert main(["--layer", str(layer), "--out", str(out), "--tag", TAG, "--epoch", str(EPOCH)]) == 0
-    printed = capsys.readouterr()
-    assert printed.out == write(layer, tmp_path / "again.tar") + "\n" and printed.err == ""
-    assert out.read_bytes() == (tmp_path / "again.tar").read_bytes()
-
-
-def test_cli_runs_as_a_module(layer: Path, tmp_path: Path) -> None:
-    argv = ["--layer", "layer.tar", "--out", "base.tar", "--tag", TAG, "--epoch", str(EPOCH), "--created-by", "x y"]
-    done = subprocess.run(
-        [sys.executable, "-m", "dlimages.building.imagearchive", *argv],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == write(layer, tmp_path / "again.tar", config=ImageConfig(created_by="x y")) + "\n"
-
-
-TAG_ALLOWED = "(allowed: repository:tag, e.g. dlimages/base:debian12)"
-EPOCH_ALLOWED = "(allowed: whole seconds since 1970 in ASCII digits, 0 to 253402300799, e.g. 1747699200)"
-
-
-@pytest.mark.parametrize(
-    ("flag", "value", "message"),
-    [
-        ("--epoch", "12a", f"error: --epoch: '12a' is not a number {EPOCH_ALLOWED}"),
-        ("--epoch", "-5", f"error: --epoch: '-5' is not a number {EPOCH_ALLOWED}"),
-        ("--epoch", "1_000", f"error: --epoch: '1_000' is not a number {EPOCH_ALLOWED}"),
-        ("--epoch", "\uff11\uff12", f"error: --epoch: '\uff11\uff12' is not a number {EPOCH_ALLOWED}"),
-        ("--epoch", "999999999999", f"error: --epoch: 999999999999 is out of range {EPOCH_ALLOWED}"),
-        ("--tag", "dlimages/base", f"error: --tag: 'dlimages/base' has no :tag (docker load refuses a repository "
-         f"without one) {TAG_ALLOWED}"),
-        ("--tag", "x/y:t@" + DIGEST, f"error: --tag: 'x/y:t@{DIGEST}' has an @digest: an archive names its image "
-         f"by repository:tag {TAG_ALLOWED}"),
-        ("--tag", "Base/Debian:12", "error: --tag: 'Base/Debian:12' is not an image reference: lowercase path parts "
-         f"separated by '/', then an optional :tag {TAG_ALLOWED}"),
-        ("--tag", "-x:y", f"error: --tag: '-x:y' starts with '-' (docker would read it as an option) {TAG_ALLOWED}"),
-        ("--tag", "a b:c", f"error: --tag: 'a b:c' has whitespace or characters outside printable ASCII "
-         f"{TAG_ALLOWED}"),
-        ("--created-by", "made\nby", "error: --created-by: is empty, too long or not printable ASCII "
-         "(allowed: printable ASCII, 1 to 1000 characters)"),
-    ],
-    ids=["letters", "negative", "underscore", "fullwidth", "year-10000", "no-tag", "digest", "uppercase", "option",
-         "space", "newline"],
-)  # fmt: skip
-def test_cli_refuses_a_bad_value_with_exit_2(
-    flag: str, value: str, message: str, layer: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    flags = {"--layer": str(layer), "--out": str(tmp_path / "base.tar"), "--tag": TAG, "--epoch": str(EPOCH)}
-    flags[flag] = value
-    assert main([f"{name}={text}" for name, text in flags.items()]) == 2  # --tag=-x:y: argparse takes it as a value
-    assert capsys.readouterr() == ("", message + "\n")
-    assert [p.name for p in tmp_path.iterdir()] == ["layer.tar"]
-
-
-@pytest.mark.parametrize(
-    ("layer_name", "out_name", "message"),
-    [
-        ("absent.tar", "base.tar", "error: --layer: {tmp}/absent.tar does not exist"),
-        ("layer.tar.gz", "base.tar", "error: --layer: {tmp}/layer.tar.gz is not an uncompressed tar archive "
-         "(allowed: a plain .tar, as mmdebstrap --format=tar writes)"),
-        ("folder", "base.tar", "error: --layer: {tmp}/folder is not a regular file"),
-        ("layer.tar", "missing/base.tar", "error: --out: the folder {tmp}/missing does not exist"),
-        ("layer.tar", "folder", "error: --out: {tmp}/folder is a folder; give the archive's file name"),
-        ("layer.tar", "layer.tar", "error: --out: {tmp}/layer.tar is the layer itself; give another file name"),
-    ],
-    ids=["missing-layer", "compressed-layer", "layer-folder", "no-out-folder", "out-folder", "out-is-layer"],
-)  # fmt: skip
-def test_cli_refuses_bad_paths_with_exit_2(
-    layer_name: str, out_name: str, message: str, layer: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_bad_layer_or_folder_is_refused_and_nothing_is_written(layer: Path, tmp_path: Path) -> None:
     (tmp_path / "layer.tar.gz").write_bytes(gzip.compress(layer.read_bytes(), mtime=0))
-    (tmp_path / "folder").mkdir()
-    before = {p: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
-    argv = ["--layer", str(tmp_path / layer_name), "--out", str(tmp_path / out_name), "--tag", TAG, "--epoch", "0"]
-    assert main(argv) == 2
-    assert capsys.readouterr() == ("", message.format(tmp=tmp_path) + "\n")
-    assert {p: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
-    assert list((tmp_path / "folder").iterdir()) == []
-
-
-def test_cli_names_every_problem_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--layer", str(tmp_path / "absent.tar"), "--out", str(tmp_path / "no" / "x.tar")]
-    assert main([*argv, "--tag", "x", "--epoch", "soon"]) == 2
-    flags = [line.split(":")[1].strip() for line in capsys.readouterr().err.splitlines()]
-    assert flags == ["--epoch", "--layer", "--out", "--tag"]
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_cli_without_a_required_flag_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(["--layer", "layer.tar"])
-    assert exited.value.code == 2
-    assert "the following arguments are required: --out, --tag, --epoch" in capsys.readouterr().err
+    with pytest.raises(InputError, match="is not an uncompressed tar archive"):
+        write_docker_archive(
+            tmp_path / "layer.tar.gz", tmp_path / "base.tar", tag=TAG, epoch=EPOCH, config=ImageConfig()
+        )
+    with pytest.raises(InputError, match="does not exist"):
+        write_docker_archive(layer, tmp_path / "no" / "base.tar", tag=TAG, epoch=EPOCH, config=ImageConfig())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["layer.tar", "layer.tar.gz"]
