@@ -87,26 +87,17 @@ builds="$(sed -n 's/^    \(invoke build .*\)$/\1/p' <<<"$section")"
     || die "README.md's \"Set up and run\" has no set-up block, apt-get install or invoke build line"
 [[ "$setup" == *REPO_URL* ]] || die "README.md's set-up clones no REPO_URL"
 
-# This host's facts, read now: the Debian 12 base's name (matrix.yaml), its Debian mirrors (none where its apt
-# sources name none, as on GitHub's Ubuntu runners: the base's own sources stay) and the CA bundle its tools trust.
-facts="$("$python" - "$repo" <<'PY'
-import sys
-from pathlib import Path
-
-from dlimages.building.mirrors import NoDebianMirror, debian_mirrors
-from dlimages.building.plan import default_ca_bundle
-from dlimages.model.spec import load_matrix
-
-try:
-    main, security = debian_mirrors()
-except NoDebianMirror:
-    main = security = ""
-print(load_matrix(Path(sys.argv[1]) / "matrix.yaml").os["debian12"].image)
-print(default_ca_bundle() or "")
-print(main)
-print(security)
-PY
-)" || die "could not read this host's mirrors with $python (is dlimages installed there?)"
+# This host's facts, read now through the package's commands: the Debian 12 base's name (`invoke matrix --json`), its
+# Debian mirrors (none where its apt sources name none, as on GitHub's Ubuntu runners: the base's own sources stay)
+# and the CA bundle its tools trust (`invoke mirrors --json`).
+invoke_json() { (cd "$repo" && "$python" -m invoke "$@"); }
+facts="$({ invoke_json matrix --json && invoke_json mirrors --json; } | "$python" -c 'import json, sys
+text = sys.stdin.read()
+cells, end = json.JSONDecoder().raw_decode(text)
+host = json.loads(text[end:])["host"]
+print(next(cell["base_image"] for cell in cells if cell["os"] == "debian12"))
+for key in ("ca_bundle", "debian", "debian_security"):
+    print(host[key] or "")')" || die "could not read this host's facts with $python (is dlimages installed there?)"
 mapfile -t fact <<<"$facts"
 image="${fact[0]}" ca="${fact[1]:-}" apt="${fact[2]:-}" apt_security="${fact[3]:-}"
 pip_index=""

@@ -65,10 +65,15 @@ die() { printf 'engine.sh: error: %s\n' "$*" >&2; exit 1; }
 
 engine_answers() { command -v docker >/dev/null && docker info >/dev/null 2>&1; }
 
-# The host's Debian mirror, read by the package (dlimages.building.mirrors, the one reader of apt sources) unless given.
-# Outside the project's Python (the script run by hand), the first Debian URI of the apt sources, read here.
+# The host's Debian mirror, as the package reads it (`dlimages mirrors --json`: the one reader of apt sources) unless
+# given. Without the package (the script run by hand first), the first Debian URI of the apt sources, read here.
 host_debian_mirror() {
-    python3 -c 'from dlimages.building.mirrors import debian_mirrors; print(debian_mirrors()[0].rstrip("/"))' 2>/dev/null && return
+    local said
+    said="$(dlimages mirrors --json 2>/dev/null | python3 -c 'import json, sys
+print((json.load(sys.stdin)["host"]["debian"] or "").rstrip("/"))' 2>/dev/null)" && [[ -n "$said" ]] && {
+        printf '%s\n' "$said"
+        return
+    }
     local found
     found="$(cat "$APT_DIR"/sources.list.d/*.sources 2>/dev/null | awk '$1 == "URIs:" && $2 ~ /\/debian\/?$/ {print $2; exit}' || true)"
     [[ -n "$found" ]] || found="$(cat "$APT_DIR"/sources.list 2>/dev/null \

@@ -11,7 +11,9 @@ rounds="${1:-2}"
 cell=(--cuda 12.1 --torch 2.1 --python 3.11 --mirror none)
 image=lab/pytorch-universal-dev:v1.0-cuda12.1-torch2.1.2-py3.11-runtime
 naive=lab/naive-pytorch:bench
-read -r mirror security < <(python3 -c 'from dlimages.building.mirrors import debian_mirrors; print(*debian_mirrors())')
+read -r mirror security < <(invoke mirrors --json | python3 -c 'import json, sys
+host = json.load(sys.stdin)["host"]
+print(host["debian"], host["debian_security"])')
 ca=/etc/ssl/certs/ca-certificates.crt
 now() { date +%s.%N; }
 since() { printf '%.1f' "$(echo "$(now) - $1" | bc)"; }

@@ -5,16 +5,15 @@ nothing) or raises Failed with an exit code."""
 
 from __future__ import annotations
 
-from dlimages.commands.bases import BASE_HELP, apt_repo, base, bases_list, bases_mirror
+from dlimages.commands.bases import apt_repo, base, bases_list, bases_mirror
 from dlimages.commands.builds import bake, build, repro
-from dlimages.commands.flags import CellFlags, flag_parameters, repeatable
+from dlimages.commands.flags import CellFlags, flag_parameters
 from dlimages.commands.generate import doctor, lock, matrix, render
-from dlimages.commands.host import check, ci, disk
+from dlimages.commands.host import check, ci, disk, mirrors
 from dlimages.commands.images import bench, package_diff, push, smoke, test, verify
 from dlimages.commands.session import Failed, echo, reader_gone
 
 __all__ = [
-    "BASE_HELP",
     "CellFlags",
     "Failed",
     "apt_repo",
@@ -32,11 +31,11 @@ __all__ = [
     "flag_parameters",
     "lock",
     "matrix",
+    "mirrors",
     "package_diff",
     "push",
     "reader_gone",
     "render",
-    "repeatable",
     "repro",
     "smoke",
     "test",

@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Sequence
+from typing import Annotated
 
 from dlimages.artifacts import baseslock, layout, oslock
 from dlimages.building import aptdebs, basesource
-from dlimages.building.base import base_lock, make_base_argv, missing_bases
-from dlimages.commands.flags import ANY_CELL, CellFlags
+from dlimages.building.base import BaseFailed, base_lock, load, make_base_argv, missing_bases
+from dlimages.commands.flags import ANY_CELL, REGISTRY, AptFrom, EveryCell, Help, NoEngineSetup
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
 from dlimages.core.engines import Need
@@ -23,19 +24,19 @@ from dlimages.generate.project import Project
 from dlimages.gpu import inimage
 from dlimages.model.selection import select
 
-BASE_HELP = {  # `invoke base`'s flags
-    "check": "build the tarball twice and fail unless both, and the image IDs, are identical",
-    "os": "make only this OS's base (matrix.yaml's name, e.g. debian13; default: each OS with `bootstrap`)",
-}
-
 
 def base(
     project: Project,
     *,
-    os: str | None = None,
-    apt_from: str | None = None,
-    check: bool = False,
-    no_engine_setup: bool = False,
+    os: Annotated[
+        str | None,
+        Help("make only this OS's base (matrix.yaml's name, e.g. debian13; default: each OS with `bootstrap`)"),
+    ] = None,
+    apt_from: AptFrom = None,
+    check: Annotated[
+        bool, Help("build the tarball twice and fail unless both, and the image IDs, are identical")
+    ] = False,
+    no_engine_setup: NoEngineSetup = False,
 ) -> None:
     """Make each offline Debian base (matrix.yaml's OSes with `bootstrap`; `os`: that one only) from its lock with
     scripts/make-base.sh (its output shown as it runs): the lock's packages fetched and checked first, from `apt_from`
@@ -52,9 +53,14 @@ def base(
         except aptdebs.FetchError as error:
             raise Failed(f"error: the packages of the {name} base:\n{error}", code=1) from None
         image = project.matrix.os[name].image
-        code = RUNNER.stream(make_base_argv(project.root, repo, source.lock, image, check=check), say)
+        code = RUNNER.stream(make_base_argv(project.root, repo, source.lock, check=check), say)
         if code:
             raise Failed(f"error: scripts/make-base.sh exited {code} making {image}", code=1)
+        try:
+            for line in load(project.root, source.lock, image, RUNNER):
+                say(line)
+        except BaseFailed as error:
+            raise Failed(f"error: {error}", code=1) from None
 
 
 def make_local_bases(project: Project, images: list[str], apt_from: str | None = None) -> None:
@@ -72,7 +78,15 @@ def make_local_bases(project: Project, images: list[str], apt_from: str | None =
         base(project, os=made[image], apt_from=apt_from, check=False, no_engine_setup=True)
 
 
-def bases_list(project: Project, *, cells: CellFlags = ANY_CELL, lock: bool = False) -> str | None:
+def bases_list(
+    project: Project,
+    *,
+    cells: EveryCell = ANY_CELL,
+    lock: Annotated[
+        bool,
+        Help("ask each registry for the digest every base tag names now and record it in images/bases.lock.json"),
+    ] = False,
+) -> str | None:
     """Each base the selected cells pull and the digest builds pin it to; with `lock`, ask the registries for the
     digests now and record them."""
     chosen = select(project.matrix, project.expansion, cells.selection(), defaults=False)
@@ -96,11 +110,16 @@ def bases_list(project: Project, *, cells: CellFlags = ANY_CELL, lock: bool = Fa
 def bases_mirror(
     project: Project,
     *,
-    to: str | None = None,
-    cells: CellFlags = ANY_CELL,
-    image: Sequence[str] | None = None,
-    dry_run: bool = False,
-    no_engine_setup: bool = False,
+    to: Annotated[
+        str | None, Help("the registry to copy into; builds then take bases from it with --base-registry", REGISTRY)
+    ] = None,
+    cells: EveryCell = ANY_CELL,
+    image: Annotated[
+        Sequence[str] | None,
+        Help("also copy this image (repeatable): a local one from this engine, else from its registry"),
+    ] = None,
+    dry_run: Annotated[bool, Help("print the skopeo commands; copy nothing")] = False,
+    no_engine_setup: NoEngineSetup = False,
 ) -> str:
     """Copy every base the selected cells use (and `image`) into the registry `to` with skopeo, by digest; with
     `dry_run`, only the commands."""
@@ -130,7 +149,12 @@ def bases_mirror(
     return summary
 
 
-def apt_repo(project: Project, *, to: str | None = None, apt_from: str | None = None) -> str:
+def apt_repo(
+    project: Project,
+    *,
+    to: Annotated[str | None, Help("the folder to copy into (made if missing)", "FOLDER")] = None,
+    apt_from: AptFrom = None,
+) -> str:
     """Copy the locked .deb files of the offline bases and of every cell into the folder `to`, checked: a repository
     that holds only them, for `--apt-from` (offline and air-gapped builds, and builds after the archive has moved
     on)."""

@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Annotated
 
 from uv import find_uv_bin
 
@@ -18,6 +19,7 @@ from dlimages.building import aptdebs, basesource, disk
 from dlimages.building.advice import Remedies, bases_unavailable
 from dlimages.building.bake import (
     BAKE_FILE,
+    MAX_JOBS,
     bake_document,
     cache_export_problem,
     cache_problems,
@@ -26,9 +28,10 @@ from dlimages.building.bake import (
     write_bake,
 )
 from dlimages.building.builder import all_built, builder_driver, next_commands, run_builds, summary_table
+from dlimages.building.mirrors import profile_help
 from dlimages.building.plan import UV_CONTEXT, BuildPlan, Secrets, local_bases, plan_run
 from dlimages.commands.bases import make_local_bases
-from dlimages.commands.flags import ANY_CELL, CellFlags
+from dlimages.commands.flags import ANY_CELL, REGISTRY, AptFrom, CellFlags, Help, NoEngineSetup
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
@@ -41,30 +44,63 @@ from dlimages.model.cells import Cell
 from dlimages.model.selection import flags_text, select
 from dlimages.repro import proof
 
-BUILD_GUARD_HELP = {  # tasks.py's help of the flags past `invoke build`'s two guards (no cell flag, too little space)
-    "all": "with no cell flag: build every release (each at its image's default Python and flavor) instead of refusing",
-    "no_space_check": "build even when the selection's estimated peak space (cold builds) is more than the Docker "
-    "data root has free; layers already in the build cache need less",
-}
+Mirror = Annotated[str, Help(profile_help, "PROFILE")]  # its profiles read from matrix.yaml when tasks.py loads
+BaseRegistry = Annotated[
+    str | None, Help(f"take every base image from this registry (see `{usage.BASES_MIRROR}`)", REGISTRY)
+]
+CaBundle = Annotated[
+    str | None,
+    Help("extra CA bundle for pip inside the build (a BuildKit secret); default: this host's bundle", "FILE"),
+]
 
 
 def build(
     project: Project,
     *,
     cells: CellFlags = ANY_CELL,
-    mirror: str = "none",
-    base_registry: str | None = None,
-    dry_run: bool = False,
-    ca_bundle: str | None = None,
-    netrc: str | None = None,
-    keep_going: bool = False,
-    no_engine_setup: bool = False,
-    jobs: str = "1",  # text, checked by the package: a wrong type is exit 2, not Invoke's traceback
-    cache_from: str | None = None,
-    cache_to: str | None = None,
-    apt_from: str | None = None,
-    all_: bool = False,
-    no_space_check: bool = False,
+    mirror: Mirror = "none",
+    base_registry: BaseRegistry = None,
+    dry_run: Annotated[bool, Help("print the exact docker commands and tags; touch nothing")] = False,
+    ca_bundle: CaBundle = None,
+    netrc: Annotated[str | None, Help("netrc file with private-index credentials (a BuildKit secret)", "FILE")] = None,
+    keep_going: Annotated[
+        bool, Help("after a failed cell, build the remaining ones (the exit code still reports the failure)")
+    ] = False,
+    no_engine_setup: NoEngineSetup = False,
+    jobs: Annotated[  # text, checked by the package: a wrong type is exit 2, not Invoke's traceback
+        str,
+        Help(
+            f"build N cells at once (1 to {MAX_JOBS}) through `docker buildx bake` on the current builder "
+            "(default 1: one by one)",
+            "N",
+        ),
+    ] = "1",
+    cache_from: Annotated[
+        str | None,
+        Help("with --jobs: import layers from this cache, e.g. type=registry,ref=HOST/NAME:cache", "CACHE"),
+    ] = None,
+    cache_to: Annotated[
+        str | None,
+        Help(
+            "with --jobs: export layers to this cache (type=registry,...: not on the docker driver, which "
+            "exports only type=inline; use a docker-container, remote or kubernetes builder)",
+            "CACHE",
+        ),
+    ] = None,
+    apt_from: AptFrom = None,
+    all_: Annotated[  # past the guard against no cell flag
+        bool,
+        Help(
+            "with no cell flag: build every release (each at its image's default Python and flavor) instead of refusing"
+        ),
+    ] = False,
+    no_space_check: Annotated[  # past the guard against too little space
+        bool,
+        Help(
+            "build even when the selection's estimated peak space (cold builds) is more than the Docker "
+            "data root has free; layers already in the build cache need less"
+        ),
+    ] = False,
 ) -> str | None:
     """Build the selected cells and record them in the ledger: the summary is said as soon as they are built, the
     commands to run next returned. `dry_run`: the exact docker commands and tags, touching nothing, under the disk
@@ -120,14 +156,29 @@ def bake(
     project: Project,
     *,
     cells: CellFlags = ANY_CELL,
-    mirror: str = "none",
-    base_registry: str | None = None,
-    ca_bundle: str | None = None,
-    netrc: str | None = None,
-    cache_from: str | None = None,
-    cache_to: str | None = None,
-    out: str = BAKE_FILE,
-    apt_from: str | None = None,
+    mirror: Mirror = "none",
+    base_registry: BaseRegistry = None,
+    ca_bundle: CaBundle = None,
+    netrc: Annotated[
+        str | None,
+        Help("netrc file with private-index credentials (a BuildKit secret: the file names its path only)", "FILE"),
+    ] = None,
+    cache_from: Annotated[
+        str | None,
+        Help("add this cache import to every target, e.g. type=registry,ref=HOST/NAME:cache", "CACHE"),
+    ] = None,
+    cache_to: Annotated[
+        str | None, Help("add this cache export to every target (not on the docker driver but type=inline)", "CACHE")
+    ] = None,
+    out: Annotated[
+        str,
+        Help(
+            f"the bake file to write (default {BAKE_FILE}; its paths are relative to the repository root): a new "
+            f"file, one `{usage.BAKE}` wrote, or any under .work/; never a file git tracks",
+            "FILE",
+        ),
+    ] = BAKE_FILE,
+    apt_from: AptFrom = None,
 ) -> str:
     """Write the bake file `out` with the selected cells' builds (their notes said first); what to run next."""
     chosen = select_cells(project, cells)
@@ -152,14 +203,25 @@ def repro(
     project: Project,
     *,
     cells: CellFlags = ANY_CELL,
-    against: str | None = None,
-    dockerfile: str | None = None,
-    context: str | None = None,
-    mirror: str | None = None,  # None, not "none": --dockerfile refuses a --mirror given, even `--mirror none`
-    base_registry: str | None = None,
-    ca_bundle: str | None = None,
-    no_engine_setup: bool = False,
-    apt_from: str | None = None,
+    against: Annotated[
+        str | None,
+        Help(
+            "compare one cold build with this image, not two: local, or REGISTRY/IMAGE@sha256:<64 hex> to pull",
+            "IMAGE",
+        ),
+    ] = None,
+    dockerfile: Annotated[
+        str | None,
+        Help("check any Dockerfile instead of a cell (built with the cells' reproducibility settings)", "FILE"),
+    ] = None,
+    context: Annotated[
+        str | None, Help("the build context for --dockerfile (default: the Dockerfile's folder)", "FOLDER")
+    ] = None,
+    mirror: Mirror | None = None,  # None, not "none": --dockerfile refuses a --mirror given, even `--mirror none`
+    base_registry: BaseRegistry = None,
+    ca_bundle: CaBundle = None,
+    no_engine_setup: NoEngineSetup = False,
+    apt_from: AptFrom = None,
 ) -> str:
     """Build each selected cell (or `dockerfile`) cold twice, or once `against` an image (local, or pulled by its
     digest), and report every difference; Failed (exit 1, the report printed) unless all are reproducible."""

@@ -1,67 +1,57 @@
 """The flags of the tasks, read from the commands themselves: a command's keyword-only parameters are its task's
-flags (name, type, default, order), so tasks.py declares none of them a second time. The five cell-selection
-flags travel together as one CellFlags. Also what help shows of the flags (their help where tasks share it, the name
-of each flag's value) and Invoke's core options that a task would ignore, refused."""
+flags (name, type, default, order, and on its annotation a Help: help text and value name), so tasks.py declares
+none of them a second time. The five cell-selection flags travel together as one CellFlags. Also the flags several
+commands share, and Invoke's core options that a task would ignore, refused."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 import typing
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
 from invoke.config import Config
 from invoke.parser.argument import Argument
 from invoke.parser.context import ParserContext
 from invoke.tasks import Task
 
+from dlimages.building.engine import NO_SETUP_HELP
+from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
 from dlimages.model.selection import Selection
 
+REGISTRY = "HOST[:PORT][/PATH]"
+
+
+@dataclass(frozen=True)
+class Help:
+    """A flag's help, on its command's parameter (`mirror: Annotated[str, Help("mirror profile...", "PROFILE")]`),
+    and the name help gives its value (`--mirror=PROFILE`; None: the flag's name in capitals). A function of the
+    repository's root where the help reads the project."""
+
+    text: str | Callable[[Path], str]
+    value: str | None = None
+
+
 CELL_HELP = {  # the cell-selection flags (CellFlags), for the tasks that build or describe one cell each
-    "cuda": "CUDA version, e.g. 11.8 (default: every CUDA version)",
-    "torch": "PyTorch version; partial picks the newest patch, e.g. 2.1 -> 2.1.2",
-    "tf": "TensorFlow version; partial picks the newest patch, e.g. 2.14 -> 2.14.1",
-    "python": "Python version, e.g. 3.10 (default: the image's default Python where the cell has it)",
-    "flavor": "runtime or devel (default: the image's default flavor)",
+    "cuda": Help("CUDA version, e.g. 11.8 (default: every CUDA version)", "VERSION"),
+    "torch": Help("PyTorch version; partial picks the newest patch, e.g. 2.1 -> 2.1.2", "VERSION"),
+    "tf": Help("TensorFlow version; partial picks the newest patch, e.g. 2.14 -> 2.14.1", "VERSION"),
+    "python": Help("Python version, e.g. 3.10 (default: the image's default Python where the cell has it)", "VERSION"),
+    "flavor": Help("runtime or devel (default: the image's default flavor)", "runtime|devel"),
 }
 EVERY_CELL_HELP = {  # the same flags where a flag left out means every value (lock, bases)
     **CELL_HELP,
-    "python": "Python version, e.g. 3.10 (default: every Python)",
-    "flavor": "runtime or devel (default: both)",
+    "python": Help("Python version, e.g. 3.10 (default: every Python)", "VERSION"),
+    "flavor": Help("runtime or devel (default: both)", "runtime|devel"),
 }
-REGISTRY = "HOST[:PORT][/PATH]"
-PLACEHOLDERS = {  # a flag's value as help names it (`--cuda=VERSION`), where the flag's own name says less
-    **dict.fromkeys(("cuda", "torch", "tf", "python", "toolkit"), "VERSION"),
-    **dict.fromkeys(("registry", "base_registry"), REGISTRY),
-    **dict.fromkeys(("ca_bundle", "netrc", "out", "report", "nodes", "dockerfile"), "FILE"),
-    **dict.fromkeys(("context", "before", "after"), "FOLDER"),
-    **dict.fromkeys(("jobs", "retries"), "N"),
-    **dict.fromkeys(("sign_key", "key"), "KEY"),
-    "flavor": "runtime|devel",
-    "mirror": "PROFILE",
-    "cache_from": "CACHE",
-    "cache_to": "CACHE",
-    "apt_from": "SOURCE",
-    "against": "IMAGE",
-    "upgrade_package": "PACKAGE",
-    "timeout": "SECONDS",
-    "since": "COMMIT",
-    "git_ref": "REF",
-    "default_branch": "BRANCH",
-    "commit": "SHA",
-    "compression": "gzip|zstd",
-    "identity": "REGEX",
-    "issuer": "URL",
-    "batch_size": "SIZE",
-    "modes": "MODE,...",
-    "gpus": "all|N",
-    "gpu": "GPU,...",
-    "driver": "VERSION|BRANCH",
-    "need": "GB",
-}
+# The flags of commands in several modules (a module's own shared flags are declared in it, e.g. builds.Mirror).
+NoEngineSetup = Annotated[bool, Help(NO_SETUP_HELP)]
+AptFrom = Annotated[str | None, Help(usage.APT_FROM_HELP, "SOURCE")]
 
 
 @dataclass(frozen=True)
@@ -96,6 +86,7 @@ class CellFlags:
 
 
 ANY_CELL = CellFlags()  # no cell flag given
+EveryCell = Annotated[CellFlags, EVERY_CELL_HELP]  # `cells: EveryCell`: the cell flags with EVERY_CELL_HELP
 
 
 def flag_parameters(command: Callable[..., object]) -> list[inspect.Parameter]:
@@ -113,9 +104,25 @@ def repeatable(command: Callable[..., object]) -> list[str]:
     return [param.name for param in flag_parameters(command) if _is_sequence(hints.get(param.name))]
 
 
+def flag_help(command: Callable[..., object]) -> dict[str, Help]:
+    """Each flag's Help by name, from the command's annotations; `cells`: the five cell flags', CELL_HELP unless its
+    annotation gives others (EveryCell)."""
+    found: dict[str, Help] = {}
+    for name, hint in typing.get_type_hints(command, include_extras=True).items():
+        extras = [each for option in _options(hint) for each in getattr(option, "__metadata__", ())]
+        if name == "cells":
+            found.update(next((each for each in extras if isinstance(each, Mapping)), CELL_HELP))
+        found.update((name, each) for each in extras if isinstance(each, Help))
+    return found
+
+
+def _options(hint: object) -> tuple[object, ...]:
+    """A union's options (`Mirror | None`: Mirror, None), else the hint alone."""
+    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+
+
 def _is_sequence(hint: object) -> bool:
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    return any(typing.get_origin(option) is Sequence for option in (typing.get_args(hint) if union else (hint,)))
+    return any(typing.get_origin(option) is Sequence for option in _options(hint))
 
 
 class Flag(Argument):
@@ -129,12 +136,15 @@ class Flag(Argument):
 
 
 class FlagTask(Task[Any]):
-    """Invoke's Task whose flags name their values in help (PLACEHOLDERS, then `placeholders`, else the flag's
-    name) and keep their help: Invoke's get_arguments takes each help out of the task, a second parse had none."""
+    """Invoke's Task with the flags of `command` (the body's signature): their help and value names from its
+    annotations (a Help's function read for `root`), repeatable where typed as a Sequence. It keeps their help:
+    Invoke's get_arguments takes each help out of the task, a second parse had none."""
 
-    def __init__(self, body: Callable[..., Any], *, placeholders: Mapping[str, str], **options: Any) -> None:
-        super().__init__(body, **options)
-        self.placeholders = {**PLACEHOLDERS, **placeholders}
+    def __init__(self, body: Callable[..., Any], *, command: Callable[..., object], root: Path, **options: Any) -> None:
+        helps = flag_help(command)
+        texts = {name: _text(each, root) for name, each in helps.items()}
+        super().__init__(body, help=texts, iterable=repeatable(command), **options)
+        self.placeholders = {name: each.value for name, each in helps.items() if each.value}
 
     def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
         kept = dict(self.help)
@@ -146,6 +156,11 @@ class FlagTask(Task[Any]):
             arg if arg.kind is bool else Flag(arg, self.placeholders.get(str(arg.name), str(arg.names[0]).upper()))
             for arg in arguments
         ]
+
+
+@functools.cache  # once a process: --mirror's (build, bake, repro) reads matrix.yaml
+def _text(flag: Help, root: Path) -> str:
+    return flag.text if isinstance(flag.text, str) else flag.text(root)
 
 
 def _help_for(context: ParserContext, flag: str) -> tuple[str, str]:

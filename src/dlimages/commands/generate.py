@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Annotated
 
 from dlimages.artifacts import baseslock, layout, oslock, pythonlock
 from dlimages.building.advice import reach
 from dlimages.building.basesource import BaseSource
 from dlimages.building.mirrors import NoDebianMirror, debian_mirrors
-from dlimages.commands.flags import ANY_CELL, CellFlags
+from dlimages.commands.flags import ANY_CELL, REGISTRY, EveryCell, Help
 from dlimages.commands.session import Failed, note
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
@@ -27,17 +28,6 @@ from dlimages.model.cells import Cell
 from dlimages.model.selection import flags_for, select
 from dlimages.model.tables import cells_table, exclusions_text
 
-MATRIX_HELP = {  # tasks.py's help of `invoke matrix`'s flags
-    "json": f"print a JSON array, one object per cell (with `flags`, the `{usage.BUILD}` flags of just that cell, "
-    "and `needs`, what its build needs from outside)",
-    "explain": "show every excluded combination and why",
-    "since": "only the cells whose inputs (images/ folder, assets, base digests) changed since this commit; "
-    "empty, or a commit this clone lacks: every cell (stderr says which)",
-    "here": "only the cells whose needs answer from this machine: Docker Hub's registry, PyTorch's index and PyPI "
-    "(pip's configured index) are asked at once, a few seconds at most; stderr says what answered",
-    "base_registry": "with --here: ask this registry, HOST[:PORT][/PATH], in place of Docker Hub (as `--base-registry` "
-    f"of `{usage.BUILD}`, filled by `{usage.BASES_MIRROR}`)",
-}
 NEEDS_LEGEND = (  # under `invoke matrix`'s table
     f"needs: where a build takes its base (hub: Docker Hub; base: the offline Debian base `{usage.BASE}` makes here "
     "from an apt mirror) and its Python packages (pytorch-index: PyTorch's wheel index, then PyPI; pypi: PyPI "
@@ -48,11 +38,37 @@ NEEDS_LEGEND = (  # under `invoke matrix`'s table
 def matrix(
     project: Project,
     *,
-    json_: bool = False,
-    explain: bool = False,
-    since: str | None = None,
-    here: bool = False,
-    base_registry: str | None = None,
+    json_: Annotated[
+        bool,
+        Help(
+            f"print a JSON array, one object per cell (with `flags`, the `{usage.BUILD}` flags of just that cell, "
+            "and `needs`, what its build needs from outside)"
+        ),
+    ] = False,
+    explain: Annotated[bool, Help("show every excluded combination and why")] = False,
+    since: Annotated[
+        str | None,
+        Help(
+            "only the cells whose inputs (images/ folder, assets, base digests) changed since this commit; "
+            "empty, or a commit this clone lacks: every cell (stderr says which)",
+            "COMMIT",
+        ),
+    ] = None,
+    here: Annotated[
+        bool,
+        Help(
+            "only the cells whose needs answer from this machine: Docker Hub's registry, PyTorch's index and PyPI "
+            "(pip's configured index) are asked at once, a few seconds at most; stderr says what answered"
+        ),
+    ] = False,
+    base_registry: Annotated[
+        str | None,
+        Help(
+            "with --here: ask this registry, HOST[:PORT][/PATH], in place of Docker Hub (as `--base-registry` "
+            f"of `{usage.BUILD}`, filled by `{usage.BASES_MIRROR}`)",
+            REGISTRY,
+        ),
+    ] = None,
 ) -> str:
     """The valid cells (a table, or JSON with each cell's build flags and needs), or every excluded combination and
     why; `since`: only the cells whose inputs changed since that commit (stderr says which); `here`: only those
@@ -97,7 +113,9 @@ def matrix(
     )
 
 
-def render(project: Project, *, check: bool = False) -> str:
+def render(
+    project: Project, *, check: Annotated[bool, Help("do not write; fail if images/ is stale or hand-edited")] = False
+) -> str:
     """Write images/ and the generated docs from matrix.yaml (what changed), or, with `check`, only verify them."""
     if check:
         return f"images/ and the generated docs are up to date ({project.check_rendered()} files)."
@@ -108,12 +126,24 @@ def render(project: Project, *, check: bool = False) -> str:
 def lock(
     project: Project,
     *,
-    cells: CellFlags = ANY_CELL,
-    check: bool = False,
-    upgrade_package: Sequence[str] | None = None,
-    timeout: str = str(lock_files.RESOLVE_TIMEOUT_S),
-    prove: bool = False,
-    upgrade_apt: bool = False,
+    cells: EveryCell = ANY_CELL,
+    check: Annotated[
+        bool, Help("resolve nothing; fail if a lock is stale or broken, or a PyPI-only cell has none")
+    ] = False,
+    upgrade_package: Annotated[
+        Sequence[str] | None,
+        Help("let this package move to its newest allowed version (repeatable); others keep their pins", "PACKAGE"),
+    ] = None,
+    timeout: Annotated[
+        str, Help(f"seconds one cell may take to resolve (default {lock_files.RESOLVE_TIMEOUT_S:g})", "SECONDS")
+    ] = str(lock_files.RESOLVE_TIMEOUT_S),
+    prove: Annotated[
+        bool,
+        Help("resolve nothing; install each lock on its cell's Python, import the framework (fails if one cannot)"),
+    ] = False,
+    upgrade_apt: Annotated[
+        bool, Help("resolve only the OS package locks (the base's, each cell's apt.lock), to the newest packages")
+    ] = False,
 ) -> str:
     """Resolve the selected cells' package sets into their locks (then render), or, with `check`, judge every lock,
     or, with `prove`, install each selected lock and import its framework; `upgrade_apt`: resolve only the OS
@@ -223,12 +253,47 @@ def _prove(project: Project, chosen: Sequence[Cell]) -> str:
 def doctor(
     project: Project,
     *,
-    gpu: str | None = None,
-    driver: str | None = None,
-    brand: str | None = None,
-    toolkit: str | None = None,
-    nodes: str | None = None,
-    json_: bool = False,
+    gpu: Annotated[
+        str | None,
+        Help(
+            "GPU model(s) or architecture(s) of the node, e.g. H100, 'RTX 4090,L40S', GB200, sm_90, 8.6,9.0", "GPU,..."
+        ),
+    ] = None,
+    driver: Annotated[
+        str | None,
+        Help(
+            "NVIDIA driver of that node (with --gpu): a version, e.g. 535.104.05, or a branch such as R580",
+            "VERSION|BRANCH",
+        ),
+    ] = None,
+    brand: Annotated[
+        str | None,
+        Help(
+            "GPU brand(s) as the container toolkit names them: tesla or nvidia (data-center), geforce, quadro, "
+            "nvidiartx, ...; one for all or one each (default: read on this host; for --gpu: not data-center)"
+        ),
+    ] = None,
+    toolkit: Annotated[
+        str | None,
+        Help(
+            "the node's NVIDIA container toolkit version, e.g. 1.17.8, or none (default: read on this host)", "VERSION"
+        ),
+    ] = None,
+    nodes: Annotated[
+        str | None,
+        Help(
+            "judge a fleet: a YAML/JSON list of {name, gpu, driver[, brand, toolkit, cpu]} or `kubectl get nodes "
+            "-o json` (GPU Feature Discovery's labels); a node-by-image table",
+            "FILE",
+        ),
+    ] = None,
+    json_: Annotated[
+        bool,
+        Help(
+            f"print a JSON array: each cell as `{usage.MATRIX_JSON}` gives it, plus runs, runs_through, reasons, "
+            "needs_driver and run_notes"
+        ),
+    ] = False,
 ) -> str:
     """Which cells run on this GPU node (or the one `gpu` and `driver` describe, or on each node of the fleet file
     `nodes`), and how: a report or JSON."""

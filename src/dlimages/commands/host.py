@@ -1,28 +1,39 @@
-"""The commands about this machine and the project's own checks: disk (the engine's data root), check (the gating
-checks) and ci (end to end, on an engine of its own)."""
+"""The commands about this machine and the project's own checks: disk (the engine's data root), mirrors (the mirror
+profiles and this host's), check (the gating checks) and ci (end to end, on an engine of its own)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated
 
 from invoke.context import Context
 
 from dlimages.artifacts.ledger import Ledger
 from dlimages.building import disk as data_disk
+from dlimages.building.mirrors import HOST_PROFILE, NoDebianMirror, debian_mirrors
+from dlimages.building.plan import default_ca_bundle
 from dlimages.commands import ci_plan
+from dlimages.commands.flags import Help, NoEngineSetup
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
 from dlimages.core.engines import Need
 from dlimages.core.runner import DEFAULT as RUNNER
+from dlimages.generate.project import Project
 
 
-def disk(root: Path, *, need: str = "0", no_engine_setup: bool = False) -> str:
+def disk(
+    root: Path,
+    *,
+    need: Annotated[str, Help("exit 1 unless at least this many GB are free on the data root", "GB")] = "0",
+    no_engine_setup: NoEngineSetup = False,
+) -> str:
     """Where the engine keeps its data, what is free and what it holds, with the commands that give space back;
     Failed (exit 1, the report printed) when less than `need` GB is free."""
     needed = data_disk.need_from_flag(need)
@@ -35,6 +46,36 @@ def disk(root: Path, *, need: str = "0", no_engine_setup: bool = False) -> str:
     if short:
         raise Failed(f"error: {short}", code=1, output=report)
     return report
+
+
+def mirrors(
+    project: Project,
+    *,
+    json_: Annotated[
+        bool, Help("print JSON: each profile's description, and this host's Debian mirrors and CA bundle")
+    ] = False,
+) -> str:
+    """The mirror profiles of matrix.yaml, and what builds here take from this host: the Debian mirrors of its apt
+    sources (`--mirror host`, the offline bases' packages) and the CA bundle pip trusts. Scripts read `--json`."""
+    main: str | None
+    security: str | None
+    try:
+        main, security = debian_mirrors()
+    except NoDebianMirror:  # an Ubuntu host, e.g. GitHub's runners
+        main = security = None
+    ca = default_ca_bundle()
+    profiles = {name: profile.description for name, profile in project.matrix.mirrors.items()}
+    if json_:
+        host = {"debian": main, "debian_security": security, "ca_bundle": str(ca) if ca else None}
+        return json.dumps({"profiles": profiles, "host": host}, indent=2)
+    width = max(map(len, [*profiles, HOST_PROFILE]))
+    lines = [f"{name:<{width}}  {text}" for name, text in profiles.items()]
+    apt = f"{main}, {security}" if main else "none in its apt sources (Debian's own archives are used)"
+    lines += [
+        f"{HOST_PROFILE:<{width}}  this host's Debian mirrors: {apt}",
+        f"CA bundle for pip in builds: {ca or 'none'}",
+    ]
+    return "\n".join(lines)
 
 
 def check(root: Path, shell: Context) -> None:

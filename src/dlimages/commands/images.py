@@ -8,11 +8,13 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Annotated
 
 from invoke.context import Context
 
 from dlimages.artifacts.ledger import LEDGER_FILE, Ledger
 from dlimages.commands import ci_plan
+from dlimages.commands.flags import REGISTRY, Help, NoEngineSetup
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
 from dlimages.core.engines import Need
@@ -26,19 +28,41 @@ from dlimages.model import tags as tag_rules
 from dlimages.publish import reportdiff
 from dlimages.publish.daemonregistry import insecure_registry
 from dlimages.publish.push import PUSH_TIMEOUT_S, PushError, PushInterrupted, push_image
-from dlimages.publish.pushplan import PushResult, plan_push, retries_from_flag
+from dlimages.publish.pushplan import MAX_RETRIES, PushResult, plan_push, retries_from_flag
 from dlimages.publish.report import build_report, image_manifest, report_target, stored_layers, write_report
 from dlimages.publish.scratch import Scratch, sweep
-from dlimages.publish.signing import NO_VERIFY_SKIPS, Signing, SigningError, Trust, Verified, sign_pushed
-from dlimages.publish.signing import verify as verify_image
+from dlimages.publish.signing import (
+    NO_VERIFY_SKIPS,
+    PUSH_HELP,
+    VERIFY_HELP,
+    Signing,
+    SigningError,
+    Trust,
+    sign_pushed,
+)
+from dlimages.publish.verification import Verified
+from dlimages.publish.verification import verify as verify_image
 from dlimages.publish.zstdpush import COMPRESSIONS, Archives, tag_digest
 
 SKOPEO = "`sudo apt-get install skopeo` (Debian 11+, Ubuntu 20.10+), nothing was pushed"
 NOTHING_BUILT = f"no image given and no successful `{usage.BUILD}` recorded"
 TEST_TOOLS = ("pytest", "testinfra", "selenium", "packageurl")  # pyproject.toml's `test` extra, by import name
+VerifyKey = Annotated[str | None, Help(VERIFY_HELP["key"], "KEY")]  # verify's flags, and smoke's and bench's
+Identity = Annotated[str | None, Help(VERIFY_HELP["identity"], "REGEX")]
+Issuer = Annotated[str | None, Help(VERIFY_HELP["issuer"], "URL")]
+Tlog = Annotated[bool, Help(VERIFY_HELP["tlog"])]
+NoVerify = Annotated[bool, Help(VERIFY_HELP["no_verify"])]
 
 
-def test(root: Path, shell: Context, *, image: Sequence[str], no_engine_setup: bool = False) -> None:
+def test(
+    root: Path,
+    shell: Context,
+    *,
+    image: Annotated[
+        Sequence[str], Help(f"image to test (repeatable); default: the images the last `{usage.BUILD}` made")
+    ],
+    no_engine_setup: NoEngineSetup = False,
+) -> None:
     """Run the image tests (pytest + testinfra) against `image`, or the images the last builds made."""
     missing = [name for name in TEST_TOOLS if importlib.util.find_spec(name) is None]
     if missing:
@@ -54,20 +78,34 @@ def test(root: Path, shell: Context, *, image: Sequence[str], no_engine_setup: b
 def push(
     root: Path,
     *,
-    registry: Sequence[str],
-    image: Sequence[str],
-    report: str = ".work/build-report.json",
-    retries: str = "3",  # text, checked by the package: a wrong type is exit 2, not Invoke's traceback
-    force_overwrite: bool = False,
-    git_ref: str | None = None,
-    default_branch: str | None = None,
-    commit: str | None = None,
-    sign_key: str | None = None,
-    keyless: bool = False,
-    no_sign: bool = False,
-    tlog: bool = False,
-    compression: str = "gzip",
-    no_engine_setup: bool = False,
+    registry: Annotated[Sequence[str], Help("registry to push to (repeatable)", REGISTRY)],
+    image: Annotated[
+        Sequence[str],
+        Help("local image ref to push (repeatable); default: every tag of the cells the last builds made"),
+    ],
+    report: Annotated[
+        str,
+        Help("where to write the JSON build report (cell, tags, digest, sizes per layer as stored, packages)", "FILE"),
+    ] = ".work/build-report.json",
+    retries: Annotated[  # text, checked by the package: a wrong type is exit 2, not Invoke's traceback
+        str, Help(f"retries for transient failures, 0 to {MAX_RETRIES} (backoff doubles from 2 s)", "N")
+    ] = "3",
+    force_overwrite: Annotated[
+        bool,
+        Help(
+            "replace another image a registry already has under an immutable tag (never needed for moving tags "
+            "such as v1.0)"
+        ),
+    ] = False,
+    git_ref: Annotated[str | None, Help(tag_rules.ORIGIN_HELP["git_ref"], "REF")] = None,
+    default_branch: Annotated[str | None, Help(tag_rules.ORIGIN_HELP["default_branch"], "BRANCH")] = None,
+    commit: Annotated[str | None, Help(tag_rules.ORIGIN_HELP["commit"], "SHA")] = None,
+    sign_key: Annotated[str | None, Help(PUSH_HELP["sign_key"], "KEY")] = None,
+    keyless: Annotated[bool, Help(PUSH_HELP["keyless"])] = False,
+    no_sign: Annotated[bool, Help(PUSH_HELP["no_sign"])] = False,
+    tlog: Tlog = False,
+    compression: Annotated[str, Help(PUSH_HELP["compression"], "gzip|zstd")] = "gzip",
+    no_engine_setup: NoEngineSetup = False,
 ) -> str:
     """Push the images (default: what the last builds made) to every registry, each digest verified by pulling it
     back (said as it goes), sign and attest each pushed digest when a key or identity is given, then write the
@@ -161,14 +199,17 @@ def _sign_and_tag(
 def verify(
     root: Path,
     *,
-    image: str | None = None,
-    key: str | None = None,
-    identity: str | None = None,
-    issuer: str | None = None,
-    tlog: bool = False,
-    no_engine_setup: bool = False,
+    image: Annotated[
+        str | None,
+        Help("the image to verify: REGISTRY/REPOSITORY:TAG (pulled, resolved to its digest) or @sha256:..."),
+    ] = None,
+    key: VerifyKey = None,
+    identity: Identity = None,
+    issuer: Issuer = None,
+    tlog: Tlog = False,
+    no_engine_setup: NoEngineSetup = False,
 ) -> str:
-    """Verify the image's signature, SBOM and provenance (signing.verify); the report, ending in the verified
+    """Verify the image's signature, SBOM and provenance (verification.verify); the report, ending in the verified
     REPOSITORY@DIGEST. Failed (exit 1) with the reason when it does not verify."""
     if image is None:
         raise InputError([Problem("--image", "give the image to verify", "REGISTRY/REPOSITORY:TAG or @sha256:...")])
@@ -186,7 +227,7 @@ def verify(
 
 
 def _verified(root: Path, ref: str, trust: Trust) -> Verified:
-    """signing.verify, then the name: the image must be what `ref` names in matrix.yaml (tags.name_problems: a
+    """verification.verify, then the name: the image must be what `ref` names in matrix.yaml (tags.name_problems: a
     signed image of another cell, or of another release, under this tag is refused)."""
     before = RUNNER.image_id(ref)
     try:
@@ -233,14 +274,14 @@ def _runnable(root: Path, refs: Sequence[str], trust: Trust | None) -> list[str]
 def smoke(
     root: Path,
     *,
-    image: Sequence[str],
-    no_gpus: bool = False,
-    key: str | None = None,
-    identity: str | None = None,
-    issuer: str | None = None,
-    tlog: bool = False,
-    no_verify: bool = False,
-    no_engine_setup: bool = False,
+    image: Annotated[Sequence[str], Help("image to smoke-test (repeatable), as bench does")],
+    no_gpus: Annotated[bool, Help("without --gpus all (exit 77)")] = False,
+    key: VerifyKey = None,
+    identity: Identity = None,
+    issuer: Issuer = None,
+    tlog: Tlog = False,
+    no_verify: NoVerify = False,
+    no_engine_setup: NoEngineSetup = False,
 ) -> str | None:
     """dl-smoke inside each image, verified first and run by digest (its output shown as it runs); each image's
     exit code and what it means."""
@@ -263,16 +304,26 @@ def smoke(
 def bench(
     root: Path,
     *,
-    image: str | None = None,
-    batch_size: str = "128,amp_fp16_cl=256,bf16_cl=256",
-    modes: str = "",
-    gpus: str | None = None,
-    key: str | None = None,
-    identity: str | None = None,
-    issuer: str | None = None,
-    tlog: bool = False,
-    no_verify: bool = False,
-    no_engine_setup: bool = False,
+    image: Annotated[str | None, Help("image to benchmark; a registry's is verified first and run by digest")] = None,
+    batch_size: Annotated[
+        str, Help("batch size, or MODE=N pairs, e.g. 128,amp_fp16_cl=256", "SIZE")
+    ] = "128,amp_fp16_cl=256,bf16_cl=256",
+    modes: Annotated[
+        str, Help("comma-separated modes (fp32,tf32,amp_fp16,amp_fp16_cl,bf16_cl,compile)", "MODE,...")
+    ] = "",
+    gpus: Annotated[
+        str | None,
+        Help(
+            "all (or a number): also all-reduce bus bandwidth and DDP ResNet-50 scaling across GPUs (PyTorch)",
+            "all|N",
+        ),
+    ] = None,
+    key: VerifyKey = None,
+    identity: Identity = None,
+    issuer: Issuer = None,
+    tlog: Tlog = False,
+    no_verify: NoVerify = False,
+    no_engine_setup: NoEngineSetup = False,
 ) -> None:
     """dl-bench inside the image, verified first and run by digest, its JSON shown as it runs; Failed with
     dl-bench's exit code."""
@@ -302,7 +353,19 @@ def _trust(
     return Trust.from_flags(key, identity, issuer, tlog)
 
 
-def package_diff(*, before: str = "", after: str = "") -> str:
+def package_diff(
+    *,
+    before: Annotated[
+        str,
+        Help(
+            "folder of the previous build reports (*.json, searched below it); missing or empty: no comparison",
+            "FOLDER",
+        ),
+    ] = "",
+    after: Annotated[
+        str, Help(f"folder of this build's reports (as `{usage.PUSH} --report` writes them)", "FOLDER")
+    ] = "",
+) -> str:
     """Markdown (ending in a newline): which pip and dpkg packages each cell's image changed between the build
     reports under `before` and those under `after`."""
     if not after:

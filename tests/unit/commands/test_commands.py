@@ -13,7 +13,7 @@ from invoke.loader import FilesystemLoader
 from invoke.tasks import Task
 
 from dlimages import commands
-from dlimages.commands import CellFlags, flag_parameters, repeatable
+from dlimages.commands.flags import CELL_HELP, EVERY_CELL_HELP, CellFlags, flag_help, flag_parameters, repeatable
 
 REPO = Path(__file__).resolve().parents[3]
 TASKS = REPO / "tasks.py"
@@ -32,7 +32,7 @@ def tasks(monkeypatch: pytest.MonkeyPatch) -> dict[str, Task]:
 
 
 def test_each_task_has_exactly_the_flags_of_its_command_in_their_order(tasks: dict[str, Task]) -> None:
-    assert len(tasks) == 20
+    assert len(tasks) == 21
     for name, task in tasks.items():
         arguments = task.get_arguments()  # once: Invoke hands each flag its help as it makes the arguments
         declared = [param.name for param in flag_parameters(getattr(commands, name))]
@@ -59,6 +59,15 @@ def test_cells_stands_for_the_five_cell_flags_where_it_is() -> None:
 )
 def test_flags_typed_as_a_sequence_are_repeatable(command: object, lists: list[str]) -> None:
     assert repeatable(command) == lists  # type: ignore[arg-type]
+
+
+def test_a_flags_help_and_value_name_are_on_its_parameter_shared_ones_once() -> None:
+    repro, build = flag_help(commands.repro), flag_help(commands.build)
+    assert repro["mirror"] == build["mirror"] and build["mirror"].value == "PROFILE"  # `Mirror | None` in repro
+    assert repro["no_engine_setup"] == flag_help(commands.push)["no_engine_setup"]
+    assert (build["cuda"], build["flavor"]) == (CELL_HELP["cuda"], CELL_HELP["flavor"])  # `cells: CellFlags`
+    assert flag_help(commands.lock)["flavor"] == EVERY_CELL_HELP["flavor"] != CELL_HELP["flavor"]  # `cells: EveryCell`
+    assert "cuda" not in flag_help(commands.push)
 
 
 def test_cell_flags_are_gathered_into_one_value_and_only_where_all_five_are() -> None:
