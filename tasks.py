@@ -16,7 +16,7 @@ from invoke import Collection, Context, Task, task
 from invoke.exceptions import Exit
 
 from dlimages import commands
-from dlimages.commands.flags import RUN_OPTIONS, FlagTask, refuse_core_options
+from dlimages.commands.flags import RUN_OPTIONS, FlagTask, gather, refuse_core_options
 from dlimages.core import errors, usage
 from dlimages.generate.project import Project, find_root
 
@@ -26,8 +26,8 @@ logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
 
 def command(*, honours: frozenset[str] = frozenset()) -> Callable[[Callable[..., None]], Task]:
     """@task for a body that calls the dlimages.commands function of its name, whose keyword-only parameters are
-    the task's flags (their types, defaults and help declared there, once; `cells` stands for the five cell flags,
-    handed over as one CellFlags). An input problem exits 2 with one line each, Failed with its code: never a
+    the task's flags (their types, defaults and help declared there, once; a group of flags, such as the five cell
+    flags, handed over as one value). An input problem exits 2 with one line each, Failed with its code: never a
     traceback; so does one of Invoke's core options (-R, -e, -w, ...) that the body would ignore: all but those it
     `honours` through `c.run`."""
 
@@ -39,7 +39,7 @@ def command(*, honours: frozenset[str] = frozenset()) -> Callable[[Callable[...,
         def run(c: Context, **given: Any) -> None:
             try:
                 refuse_core_options(c.config, line, {param.name for param in flags}, honours)
-                body(c, **commands.CellFlags.take(given))
+                body(c, **gather(function, given))
             except errors.InputError as error:
                 raise Exit(error.report(), code=2) from None
             except commands.Failed as failed:

@@ -248,12 +248,9 @@ def _written_by_bake(path: Path) -> bool:
             document = json.loads(handle.read(_MAX_BAKE_BYTES + 1))
     except (OSError, ValueError, RecursionError):
         return False
-    return (
-        isinstance(document, dict)
-        and document.keys() == {"group", "target"}
-        and isinstance(document["group"], dict)
-        and GROUP in document["group"]
-    )
+    if not isinstance(document, dict) or document.keys() != {"group", "target"}:
+        return False
+    return isinstance(document["group"], dict) and GROUP in document["group"]
 
 
 def write_bake(out: str, document: Mapping[str, object]) -> None:

@@ -1,7 +1,7 @@
 """The flags of the tasks, read from the commands themselves: a command's keyword-only parameters are its task's
 flags (name, type, default, order, and on its annotation a Help: help text and value name), so tasks.py declares
-none of them a second time. The five cell-selection flags travel together as one CellFlags. Also the flags several
-commands share, and Invoke's core options that a task would ignore, refused."""
+none of them a second time. Flags that go together travel as one value (FlagGroup: the five cell flags, the trust
+flags). Also the flags several commands share, and Invoke's core options that a task would ignore, refused."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ from invoke.tasks import Task
 from dlimages.building.engine import NO_SETUP_HELP
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
+from dlimages.core.references import names_registry
 from dlimages.model.selection import Selection
+from dlimages.publish.signing import IDENTITY_ENV, ISSUER_ENV, VERIFY_KEY_ENV, Trust
 
 REGISTRY = "HOST[:PORT][/PATH]"
 
@@ -37,65 +39,127 @@ class Help:
     value: str | None = None
 
 
-CELL_HELP = {  # the cell-selection flags (CellFlags), for the tasks that build or describe one cell each
-    "cuda": Help("CUDA version, e.g. 11.8 (default: every CUDA version)", "VERSION"),
-    "torch": Help("PyTorch version; partial picks the newest patch, e.g. 2.1 -> 2.1.2", "VERSION"),
-    "tf": Help("TensorFlow version; partial picks the newest patch, e.g. 2.14 -> 2.14.1", "VERSION"),
-    "python": Help("Python version, e.g. 3.10 (default: the image's default Python where the cell has it)", "VERSION"),
-    "flavor": Help("runtime or devel (default: the image's default flavor)", "runtime|devel"),
-}
-EVERY_CELL_HELP = {  # the same flags where a flag left out means every value (lock, bases)
-    **CELL_HELP,
-    "python": Help("Python version, e.g. 3.10 (default: every Python)", "VERSION"),
-    "flavor": Help("runtime or devel (default: both)", "runtime|devel"),
-}
 # The flags of commands in several modules (a module's own shared flags are declared in it, e.g. builds.Mirror).
 NoEngineSetup = Annotated[bool, Help(NO_SETUP_HELP)]
 AptFrom = Annotated[str | None, Help(usage.APT_FROM_HELP, "SOURCE")]
+NO_VERIFY_SKIPS = "the signature, the SBOM and the provenance are not checked, and the image runs by its tag"
 
 
 @dataclass(frozen=True)
-class CellFlags:
-    """--cuda, --torch, --tf, --python and --flavor as typed (None: not given); checked by `selection()`. A command
-    with a `cells: CellFlags` parameter has these five flags in its place."""
-
-    cuda: str | None = None
-    torch: str | None = None
-    tf: str | None = None
-    python: str | None = None
-    flavor: str | None = None
+class FlagGroup:
+    """Flags that travel as one value: a command's parameter typed as a group has the group's fields as flags in its
+    place, with their defaults and the Help on each field (or those a Mapping on its annotation names, with that
+    help: `Annotated[TrustFlags, TrustFlags.help("tlog")]` is --tlog alone); `gather` folds them back."""
 
     @classmethod
-    def names(cls) -> list[str]:
-        return [field.name for field in fields(cls)]
+    def help(cls, *names: str) -> dict[str, Help]:
+        """The Help on each field (those named; default: all), in the fields' order."""
+        hints = typing.get_type_hints(cls, include_extras=True)
+        return {each.name: hints[each.name].__metadata__[0] for each in fields(cls) if each.name in (names or hints)}
 
-    @classmethod
-    def take(cls, given: dict[str, Any]) -> dict[str, Any]:
-        """Flag values by name, the five cell flags (where they are) replaced by one `cells`."""
-        if not set(cls.names()) <= set(given):
-            return given
-        rest = {name: value for name, value in given.items() if name not in cls.names()}
-        return {**rest, "cells": cls(**{name: given[name] for name in cls.names()})}
+
+@dataclass(frozen=True)
+class CellFlags(FlagGroup):
+    """--cuda, --torch, --tf, --python and --flavor as typed (None: not given); checked by `selection()`."""
+
+    cuda: Annotated[str | None, Help("CUDA version, e.g. 11.8 (default: every CUDA version)", "VERSION")] = None
+    torch: Annotated[
+        str | None, Help("PyTorch version; partial picks the newest patch, e.g. 2.1 -> 2.1.2", "VERSION")
+    ] = None
+    tf: Annotated[
+        str | None, Help("TensorFlow version; partial picks the newest patch, e.g. 2.14 -> 2.14.1", "VERSION")
+    ] = None
+    python: Annotated[
+        str | None,
+        Help("Python version, e.g. 3.10 (default: the image's default Python where the cell has it)", "VERSION"),
+    ] = None
+    flavor: Annotated[str | None, Help("runtime or devel (default: the image's default flavor)", "runtime|devel")] = (
+        None
+    )
 
     def selection(self) -> Selection:
         return Selection.from_flags(self.cuda, self.torch, self.tf, self.python, self.flavor)
 
     def given(self) -> dict[str, str | None]:
         """Each flag as typed on the command line ("--cuda") with its value."""
-        return {f"--{name}": getattr(self, name) for name in self.names()}
+        return {f"--{each.name}": getattr(self, each.name) for each in fields(self)}
 
 
-ANY_CELL = CellFlags()  # no cell flag given
+@dataclass(frozen=True)
+class TrustFlags(FlagGroup):
+    """--key, --identity, --issuer, --tlog and --no-verify as typed: whom an image must be signed by (`against()`)."""
+
+    key: Annotated[
+        str | None,
+        Help(
+            f"cosign public key the signature must verify against: file, KMS URI or env://VAR (${VERIFY_KEY_ENV})",
+            "KEY",
+        ),
+    ] = None
+    identity: Annotated[
+        str | None,
+        Help(
+            rf"keyless: regex the signer's identity must match, e.g. ^https://github\.com/ORG/REPO/ (${IDENTITY_ENV})",
+            "REGEX",
+        ),
+    ] = None
+    issuer: Annotated[
+        str | None, Help(f"keyless: the identity's OIDC issuer (default: GitHub Actions'; ${ISSUER_ENV})", "URL")
+    ] = None
+    tlog: Annotated[
+        bool, Help("require (push: upload) the transparency log entry; without it a key's signature is checked offline")
+    ] = False
+    no_verify: Annotated[bool, Help(f"run without verifying: {NO_VERIFY_SKIPS}")] = False
+
+    def against(self, refs: Sequence[str]) -> Trust | None:
+        """What the refs are verified against (exit 2 before anything runs when a registry ref has nothing to check
+        against); None with --no-verify."""
+        if self.no_verify:
+            if self.key or self.identity:
+                given = "--key" if self.key else "--identity"
+                raise InputError([Problem("--no-verify", f"given with {given}", "one of them")])
+            return None
+        if not any(map(names_registry, refs)):
+            return Trust(self.key, self.identity, self.issuer or "")  # local images only: nothing to verify against
+        return Trust.from_flags(self.key, self.identity, self.issuer, self.tlog)
+
+
+ANY_CELL, NO_TRUST_FLAG = CellFlags(), TrustFlags()  # no flag of the group given
+EVERY_CELL_HELP = {  # the cell flags where a flag left out means every value (lock, bases)
+    **CellFlags.help(),
+    "python": Help("Python version, e.g. 3.10 (default: every Python)", "VERSION"),
+    "flavor": Help("runtime or devel (default: both)", "runtime|devel"),
+}
 EveryCell = Annotated[CellFlags, EVERY_CELL_HELP]  # `cells: EveryCell`: the cell flags with EVERY_CELL_HELP
 
 
 def flag_parameters(command: Callable[..., object]) -> list[inspect.Parameter]:
-    """The command's flags in order (Invoke hands out short flags in this order): its keyword-only parameters,
-    `cells` as the five cell flags."""
-    keyword = inspect.Parameter.KEYWORD_ONLY
+    """The command's flags in order (Invoke hands out short flags in this order): its keyword-only parameters, a
+    group's flags in its place."""
+    keyword, groups = inspect.Parameter.KEYWORD_ONLY, _groups(command)
     declared = [param for param in inspect.signature(command).parameters.values() if param.kind is keyword]
-    cells = [inspect.Parameter(name, keyword, default=None) for name in CellFlags.names()]
-    return [each for param in declared for each in (cells if param.name == "cells" else [param])]
+    flags = {
+        name: [inspect.Parameter(f.name, keyword, default=f.default) for f in fields(group) if f.name in helps]
+        for name, (group, helps) in groups.items()
+    }
+    return [each for param in declared for each in flags.get(param.name, [param])]
+
+
+def gather(command: Callable[..., object], given: dict[str, Any]) -> dict[str, Any]:
+    """Flag values by name, as `command` takes them: each group's flags folded into one value of its group."""
+    groups = _groups(command)
+    rest = {name: value for name, value in given.items() if not any(name in helps for _, helps in groups.values())}
+    return rest | {name: group(**{flag: given[flag] for flag in helps}) for name, (group, helps) in groups.items()}
+
+
+def _groups(command: Callable[..., object]) -> dict[str, tuple[type[FlagGroup], Mapping[str, Help]]]:
+    """The command's parameters that are groups of flags, each with its group and its flags' Help by name."""
+    found = {}
+    for name, hint in typing.get_type_hints(command, include_extras=True).items():
+        group, *extras = typing.get_args(hint) if typing.get_origin(hint) is Annotated else (hint,)
+        if isinstance(group, type) and issubclass(group, FlagGroup):
+            found[name] = (group, next((each for each in extras if isinstance(each, Mapping)), group.help()))
+    return found
 
 
 def repeatable(command: Callable[..., object]) -> list[str]:
@@ -105,13 +169,10 @@ def repeatable(command: Callable[..., object]) -> list[str]:
 
 
 def flag_help(command: Callable[..., object]) -> dict[str, Help]:
-    """Each flag's Help by name, from the command's annotations; `cells`: the five cell flags', CELL_HELP unless its
-    annotation gives others (EveryCell)."""
-    found: dict[str, Help] = {}
+    """Each flag's Help by name, from the command's annotations (a group's flags': from the group)."""
+    found = {flag: each for _, helps in _groups(command).values() for flag, each in helps.items()}
     for name, hint in typing.get_type_hints(command, include_extras=True).items():
         extras = [each for option in _options(hint) for each in getattr(option, "__metadata__", ())]
-        if name == "cells":
-            found.update(next((each for each in extras if isinstance(each, Mapping)), CELL_HELP))
         found.update((name, each) for each in extras if isinstance(each, Help))
     return found
 
@@ -195,14 +256,10 @@ def refuse_core_options(config: Config, line: str, flags: Collection[str], honou
     """InputError for each of Invoke's core options given (on the command line or in Invoke's configuration) that
     the task `line` would ignore: it runs its commands through dlimages' runner, not through Invoke's `c.run`,
     except those in `honours`."""
+    dry_run = f"; `{line} --dry-run` prints the commands and runs none" if "dry_run" in flags else ""
+    check = f"; `{line} --check` writes nothing" if "check" in flags else ""
     own = {
-        "dry": "".join(
-            (
-                "leave it out",
-                f"; `{line} --dry-run` prints the commands and runs none" if "dry_run" in flags else "",
-                f"; `{line} --check` writes nothing" if "check" in flags else "",
-            )
-        ),
+        "dry": f"leave it out{dry_run}{check}",
         "echo": f"leave it out{'; --dry-run prints the commands' if 'dry_run' in flags else ''}",
         "warn": f"leave it out{'; --keep-going goes on after a failed cell' if 'keep_going' in flags else ''}",
         "pty": "leave it out: dlimages decides which commands run on a terminal",

@@ -14,7 +14,7 @@ from invoke.context import Context
 
 from dlimages.artifacts.ledger import LEDGER_FILE, Ledger
 from dlimages.commands import ci_plan
-from dlimages.commands.flags import REGISTRY, Help, NoEngineSetup
+from dlimages.commands.flags import NO_TRUST_FLAG, NO_VERIFY_SKIPS, REGISTRY, Help, NoEngineSetup, TrustFlags
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
 from dlimages.core.engines import Need
@@ -31,15 +31,7 @@ from dlimages.publish.push import PUSH_TIMEOUT_S, PushError, PushInterrupted, pu
 from dlimages.publish.pushplan import MAX_RETRIES, PushResult, plan_push, retries_from_flag
 from dlimages.publish.report import build_report, image_manifest, report_target, stored_layers, write_report
 from dlimages.publish.scratch import Scratch, sweep
-from dlimages.publish.signing import (
-    NO_VERIFY_SKIPS,
-    PUSH_HELP,
-    VERIFY_HELP,
-    Signing,
-    SigningError,
-    Trust,
-    sign_pushed,
-)
+from dlimages.publish.signing import PUSH_HELP, Signing, SigningError, Trust, sign_pushed
 from dlimages.publish.verification import Verified
 from dlimages.publish.verification import verify as verify_image
 from dlimages.publish.zstdpush import COMPRESSIONS, Archives, tag_digest
@@ -47,11 +39,6 @@ from dlimages.publish.zstdpush import COMPRESSIONS, Archives, tag_digest
 SKOPEO = "`sudo apt-get install skopeo` (Debian 11+, Ubuntu 20.10+), nothing was pushed"
 NOTHING_BUILT = f"no image given and no successful `{usage.BUILD}` recorded"
 TEST_TOOLS = ("pytest", "testinfra", "selenium", "packageurl")  # pyproject.toml's `test` extra, by import name
-VerifyKey = Annotated[str | None, Help(VERIFY_HELP["key"], "KEY")]  # verify's flags, and smoke's and bench's
-Identity = Annotated[str | None, Help(VERIFY_HELP["identity"], "REGEX")]
-Issuer = Annotated[str | None, Help(VERIFY_HELP["issuer"], "URL")]
-Tlog = Annotated[bool, Help(VERIFY_HELP["tlog"])]
-NoVerify = Annotated[bool, Help(VERIFY_HELP["no_verify"])]
 
 
 def test(
@@ -103,7 +90,7 @@ def push(
     sign_key: Annotated[str | None, Help(PUSH_HELP["sign_key"], "KEY")] = None,
     keyless: Annotated[bool, Help(PUSH_HELP["keyless"])] = False,
     no_sign: Annotated[bool, Help(PUSH_HELP["no_sign"])] = False,
-    tlog: Tlog = False,
+    trust: Annotated[TrustFlags, TrustFlags.help("tlog")] = NO_TRUST_FLAG,
     compression: Annotated[str, Help(PUSH_HELP["compression"], "gzip|zstd")] = "gzip",
     no_engine_setup: NoEngineSetup = False,
 ) -> str:
@@ -111,7 +98,7 @@ def push(
     back (said as it goes), sign and attest each pushed digest when a key or identity is given, then write the
     build report; where it went."""
     ledger = Ledger(root)
-    signing = Signing.from_flags(sign_key, keyless, no_sign, tlog)
+    signing = Signing.from_flags(sign_key, keyless, no_sign, trust.tlog)
     if compression not in COMPRESSIONS:
         raise InputError([Problem("--compression", f"is {compression!r}", " or ".join(COMPRESSIONS))])
     if not registry:
@@ -203,10 +190,7 @@ def verify(
         str | None,
         Help("the image to verify: REGISTRY/REPOSITORY:TAG (pulled, resolved to its digest) or @sha256:..."),
     ] = None,
-    key: VerifyKey = None,
-    identity: Identity = None,
-    issuer: Issuer = None,
-    tlog: Tlog = False,
+    trust: Annotated[TrustFlags, TrustFlags.help("key", "identity", "issuer", "tlog")] = NO_TRUST_FLAG,
     no_engine_setup: NoEngineSetup = False,
 ) -> str:
     """Verify the image's signature, SBOM and provenance (verification.verify); the report, ending in the verified
@@ -217,18 +201,15 @@ def verify(
     if not names_registry(ref):
         said = f"{ref!r} names no registry (docker would pull it from Docker Hub)"
         raise InputError([Problem("--image", said, "REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:...")])
-    trust = Trust.from_flags(key, identity, issuer, tlog)
+    trusted = Trust.from_flags(trust.key, trust.identity, trust.issuer, trust.tlog)
     engine(root, no_engine_setup, need=Need.DOCKER)
-    try:
-        verified = _verified(root, ref, trust)
-    except SigningError as error:
-        raise Failed(f"error: does not verify: {error}", code=1) from None
+    verified = _verified(root, ref, trusted, "does not verify")
     return "\n".join([*verified.lines, f"verified {verified.ref}"])
 
 
-def _verified(root: Path, ref: str, trust: Trust) -> Verified:
+def _verified(root: Path, ref: str, trust: Trust, refused: str) -> Verified:
     """verification.verify, then the name: the image must be what `ref` names in matrix.yaml (tags.name_problems: a
-    signed image of another cell, or of another release, under this tag is refused)."""
+    signed image of another cell, or of another release, under this tag is refused); Failed (exit 1): `refused`, why."""
     before = RUNNER.image_id(ref)
     try:
         verified = verify_image(ref, trust, RUNNER)
@@ -236,12 +217,14 @@ def _verified(root: Path, ref: str, trust: Trust) -> Verified:
         problems = tag_rules.name_problems(asked, verified.labels, Project(root).expansion.cells)
         if problems:
             raise SigningError(f"{verified.ref}: " + "; ".join(problems))
-    except (SigningError, KeyboardInterrupt):
+    except (SigningError, KeyboardInterrupt) as error:
         # What was refused does not stay under the name: the pull is undone, by name only (never another image).
         if before is None:
             RUNNER.docker("rmi", "--no-prune", ref)
         elif RUNNER.image_id(ref) != before:
             RUNNER.docker("tag", before, ref)
+        if isinstance(error, SigningError):
+            raise Failed(f"error: {refused}: {error}", code=1) from None
         raise
     return verified
 
@@ -262,10 +245,7 @@ def _runnable(root: Path, refs: Sequence[str], trust: Trust | None) -> list[str]
             say(f"{ref}: a local image (its name has no registry, so no signature to check); running {image_id}")
             runnable.append(image_id)
         else:
-            try:
-                verified = _verified(root, ref, trust)
-            except SigningError as error:
-                raise Failed(f"error: refused, does not verify: {error}", code=1) from None
+            verified = _verified(root, ref, trust, "refused, does not verify")
             say("\n".join([*verified.lines, f"verified {verified.ref}"]))
             runnable.append(verified.ref)
     return runnable
@@ -276,11 +256,7 @@ def smoke(
     *,
     image: Annotated[Sequence[str], Help("image to smoke-test (repeatable), as bench does")],
     no_gpus: Annotated[bool, Help("without --gpus all (exit 77)")] = False,
-    key: VerifyKey = None,
-    identity: Identity = None,
-    issuer: Issuer = None,
-    tlog: Tlog = False,
-    no_verify: NoVerify = False,
+    trust: TrustFlags = NO_TRUST_FLAG,
     no_engine_setup: NoEngineSetup = False,
 ) -> str | None:
     """dl-smoke inside each image, verified first and run by digest (its output shown as it runs); each image's
@@ -288,9 +264,9 @@ def smoke(
     if not image:
         raise InputError([Problem("--image", "give at least one image")])
     refs = inimage.check_images(image)
-    trust = _trust(refs, key, identity, issuer, tlog, no_verify)
+    trusted = trust.against(refs)
     engine(root, no_engine_setup, need=Need.DOCKER)
-    runs = dict(zip(refs, _runnable(root, refs, trust), strict=True))
+    runs = dict(zip(refs, _runnable(root, refs, trusted), strict=True))
     codes = {
         ref: inimage.run_in_image(RUNNER, run, ["dl-smoke"], gpus=not no_gpus, on_line=say) for ref, run in runs.items()
     }
@@ -318,11 +294,7 @@ def bench(
             "all|N",
         ),
     ] = None,
-    key: VerifyKey = None,
-    identity: Identity = None,
-    issuer: Issuer = None,
-    tlog: Tlog = False,
-    no_verify: NoVerify = False,
+    trust: TrustFlags = NO_TRUST_FLAG,
     no_engine_setup: NoEngineSetup = False,
 ) -> None:
     """dl-bench inside the image, verified first and run by digest, its JSON shown as it runs; Failed with
@@ -331,26 +303,12 @@ def bench(
         raise InputError([Problem("--image", "give the image to benchmark")])
     [ref] = inimage.check_images([image])
     command = inimage.bench_command(batch_size, modes or None, gpus)  # exit 2 here, not "skipped" in the image
-    trust = _trust([ref], key, identity, issuer, tlog, no_verify)
+    trusted = trust.against([ref])
     engine(root, no_engine_setup, need=Need.DOCKER)
-    [run] = _runnable(root, [ref], trust)
+    [run] = _runnable(root, [ref], trusted)
     code = inimage.run_in_image(RUNNER, run, command, gpus=True, on_line=say)
     if code:
         raise Failed(f"{ref}: dl-bench exit {code} ({inimage.meaning(code)})", code=code)
-
-
-def _trust(
-    refs: Sequence[str], key: str | None, identity: str | None, issuer: str | None, tlog: bool, no_verify: bool
-) -> Trust | None:
-    """What the refs are verified against (exit 2 before anything runs when a registry ref has nothing to check
-    against); None with --no-verify."""
-    if no_verify:
-        if key or identity:
-            raise InputError([Problem("--no-verify", f"given with {'--key' if key else '--identity'}", "one of them")])
-        return None
-    if not any(map(names_registry, refs)):
-        return Trust(key, identity, issuer or "")  # local images only: nothing to verify against
-    return Trust.from_flags(key, identity, issuer, tlog)
 
 
 def package_diff(

@@ -13,7 +13,9 @@ import json
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
+from dlimages.core.references import DIGEST
 from dlimages.core.runner import Runner, byte_stream
 
 CLASSIC = "overlay2"
@@ -27,7 +29,6 @@ EXPORT = "--output=type=docker,compression=uncompressed,force-compression=true"
 # `docker info`'s DriverStatus on the containerd store: [["driver-type", "io.containerd.snapshotter.v1"]]
 _SNAPSHOTTER = "io.containerd.snapshotter"
 SAVE_TIMEOUT_S = 1800.0
-_DIGEST_LENGTH = len("sha256:") + 64
 
 
 def store_of(driver_status: str) -> str:
@@ -60,7 +61,7 @@ class Built:
         config, manifest = metadata.get("containerimage.config.digest"), metadata.get("containerimage.digest")
         if not _is_digest(config):
             return None
-        return cls(str(config), str(manifest) if _is_digest(manifest) else None)
+        return cls(config, manifest if _is_digest(manifest) else None)
 
     @classmethod
     def read(cls, path: Path) -> Built | None:
@@ -106,10 +107,5 @@ def config_of(manifest: object) -> str | None:
     return digest if _is_digest(digest) else None
 
 
-def _is_digest(value: object) -> bool:
-    return (
-        isinstance(value, str)
-        and len(value) == _DIGEST_LENGTH
-        and value.startswith("sha256:")
-        and all(c in "0123456789abcdef" for c in value[7:])
-    )
+def _is_digest(value: object) -> TypeGuard[str]:
+    return isinstance(value, str) and DIGEST.fullmatch(value) is not None

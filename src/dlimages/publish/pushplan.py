@@ -158,10 +158,8 @@ def parse_remote_tag(output: str) -> RemoteTag | None:
         digest = data["Descriptor"]["digest"]
     except (ValueError, TypeError, KeyError):
         return None
-    if not (isinstance(config, str) and isinstance(digest, str)):
-        return None
-    if digest != "sha256:" + hashlib.sha256(raw).hexdigest():
-        return None  # the descriptor does not describe these bytes
+    if not isinstance(config, str) or digest != "sha256:" + hashlib.sha256(raw).hexdigest():
+        return None  # no config digest, or the descriptor does not describe these bytes
     return RemoteTag(digest, config)
 
 

@@ -36,7 +36,6 @@ READER_LABEL = "io.dlimages.reader"  # HOST:PID of the process whose read_files 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 SIGN_KEY_ENV, KEYLESS_ENV = "DLIMAGES_SIGN_KEY", "DLIMAGES_KEYLESS"
 VERIFY_KEY_ENV, IDENTITY_ENV, ISSUER_ENV = "DLIMAGES_VERIFY_KEY", "DLIMAGES_VERIFY_IDENTITY", "DLIMAGES_VERIFY_ISSUER"
-NO_VERIFY_SKIPS = "the signature, the SBOM and the provenance are not checked, and the image runs by its tag"
 PUSH_HELP = {  # `invoke push`'s flags for signing and compression
     "sign_key": "cosign private key to sign and attest each pushed digest: file, KMS URI or env://VAR "
     f"(${SIGN_KEY_ENV}; its password from $COSIGN_PASSWORD)",
@@ -44,14 +43,6 @@ PUSH_HELP = {  # `invoke push`'s flags for signing and compression
     "no_sign": "push without signature, SBOM and provenance even where a key is configured",
     "compression": "gzip (docker push; every engine) or zstd (level 3, through skopeo: smaller and faster to pull; "
     "Docker 23+, containerd 1.5+)",
-}
-VERIFY_HELP = {  # `invoke verify`'s, and smoke's and bench's
-    "key": f"cosign public key the signature must verify against: file, KMS URI or env://VAR (${VERIFY_KEY_ENV})",
-    "identity": r"keyless: regex the signer's identity must match, e.g. ^https://github\.com/ORG/REPO/ "
-    f"(${IDENTITY_ENV})",
-    "issuer": f"keyless: the identity's OIDC issuer (default: GitHub Actions'; ${ISSUER_ENV})",
-    "tlog": "require (push: upload) the transparency log entry; without it a key's signature is checked offline",
-    "no_verify": f"run without verifying: {NO_VERIFY_SKIPS}",
 }
 
 
@@ -95,16 +86,13 @@ class Signing:
         if done.ok:
             return
         reason = cosign_reason(done)
-        if "decrypt" in reason:
-            reason += (
-                " ($COSIGN_PASSWORD is not this key's password)"
-                if "COSIGN_PASSWORD" in os.environ
-                else (" (set $COSIGN_PASSWORD to the key's password: unset, the empty one is tried)")
-            )
+        if "decrypt" in reason and "COSIGN_PASSWORD" in os.environ:
+            reason += " ($COSIGN_PASSWORD is not this key's password)"
+        elif "decrypt" in reason:
+            reason += " (set $COSIGN_PASSWORD to the key's password: unset, the empty one is tried)"
         allowed = "a cosign private key: file, KMS URI or env://VAR, with its password in $COSIGN_PASSWORD"
-        raise InputError(
-            [Problem(f"--sign-key {self.key!r}", f"cannot be loaded: {reason}; nothing was pushed", allowed)]
-        )
+        said = f"cannot be loaded: {reason}; nothing was pushed"
+        raise InputError([Problem(f"--sign-key {self.key!r}", said, allowed)])
 
     def signers(self) -> list[list[str]]:
         """cosign's flags for each signer: the key's, then keyless."""
@@ -132,14 +120,9 @@ class Trust:
         issuer = issuer or env.get(ISSUER_ENV) or GITHUB_ISSUER
         problems = []
         if not key and not identity:
-            problems.append(
-                Problem(
-                    "--key",
-                    f"no key and no identity to verify against (nor {VERIFY_KEY_ENV} or {IDENTITY_ENV})",
-                    "--key cosign.pub (a file, KMS URI or env://VAR), or --identity REGEX [--issuer URL] for a "
-                    "keyless signature; --no-verify to run without checking",
-                )
-            )
+            said = f"no key and no identity to verify against (nor {VERIFY_KEY_ENV} or {IDENTITY_ENV})"
+            keyless = "--identity REGEX [--issuer URL] for a keyless signature; --no-verify to run without checking"
+            problems.append(Problem("--key", said, f"--key cosign.pub (a file, KMS URI or env://VAR), or {keyless}"))
         if key and identity:
             problems.append(Problem("--identity", "given with --key", "one of them"))
         if key and "://" not in key and (why := _not_a_public_key(Path(key))):
@@ -300,8 +283,7 @@ def inspect_image(ref: str, runner: Runner) -> dict[str, Any]:
     done = runner(["docker", "image", "inspect", ref])
     if not done.ok:
         raise SigningError(f"cannot inspect {ref}: {done.last_line}")
-    info: dict[str, Any] = json.loads(done.out)[0]
-    return info
+    return dict(json.loads(done.out)[0])
 
 
 def _lock_digests(root: Path, labels: Mapping[str, str], runner: Runner) -> dict[str, str]:

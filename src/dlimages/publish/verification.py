@@ -100,12 +100,11 @@ def resolve(image: str, runner: Runner = DEFAULT) -> str:
 
 def _predicates(out: str, ref: str) -> list[dict[str, Any]]:
     """The predicates of the DSSE envelopes `cosign verify-attestation` prints, one JSON object per line."""
-    found = []
-    for line in out.splitlines():
-        if not line.strip().startswith("{"):
-            continue
-        statement = json.loads(base64.b64decode(json.loads(line)["payload"]))
-        found.append(statement["predicate"])
+    found = [
+        json.loads(base64.b64decode(json.loads(line)["payload"]))["predicate"]
+        for line in out.splitlines()
+        if line.strip().startswith("{")
+    ]
     if not found:
         raise SigningError(f"{ref}: cosign verified an attestation but printed none")
     return found

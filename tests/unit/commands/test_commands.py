@@ -13,7 +13,7 @@ from invoke.loader import FilesystemLoader
 from invoke.tasks import Task
 
 from dlimages import commands
-from dlimages.commands.flags import CELL_HELP, EVERY_CELL_HELP, CellFlags, flag_help, flag_parameters, repeatable
+from dlimages.commands.flags import EVERY_CELL_HELP, CellFlags, flag_help, flag_parameters, gather, repeatable
 
 REPO = Path(__file__).resolve().parents[3]
 TASKS = REPO / "tasks.py"
@@ -65,15 +65,16 @@ def test_a_flags_help_and_value_name_are_on_its_parameter_shared_ones_once() -> 
     repro, build = flag_help(commands.repro), flag_help(commands.build)
     assert repro["mirror"] == build["mirror"] and build["mirror"].value == "PROFILE"  # `Mirror | None` in repro
     assert repro["no_engine_setup"] == flag_help(commands.push)["no_engine_setup"]
-    assert (build["cuda"], build["flavor"]) == (CELL_HELP["cuda"], CELL_HELP["flavor"])  # `cells: CellFlags`
-    assert flag_help(commands.lock)["flavor"] == EVERY_CELL_HELP["flavor"] != CELL_HELP["flavor"]  # `cells: EveryCell`
+    cell_help = CellFlags.help()  # the Help on CellFlags' fields
+    assert (build["cuda"], build["flavor"]) == (cell_help["cuda"], cell_help["flavor"])  # `cells: CellFlags`
+    assert flag_help(commands.lock)["flavor"] == EVERY_CELL_HELP["flavor"] != cell_help["flavor"]  # `cells: EveryCell`
     assert "cuda" not in flag_help(commands.push)
 
 
 def test_cell_flags_are_gathered_into_one_value_and_only_where_all_five_are() -> None:
     given = {"to": "r", "cuda": "11.8", "torch": None, "tf": None, "python": "3.10", "flavor": None}
-    assert CellFlags.take(given) == {"to": "r", "cells": CellFlags(cuda="11.8", python="3.10")}
-    assert CellFlags.take({"image": ["x"]}) == {"image": ["x"]}
+    assert gather(commands.bases_mirror, given) == {"to": "r", "cells": CellFlags(cuda="11.8", python="3.10")}
+    assert gather(commands.test, {"image": ["x"]}) == {"image": ["x"]}
     assert CellFlags(torch="2.1").given() == {
         "--cuda": None,
         "--torch": "2.1",
