@@ -97,10 +97,9 @@ def origin(value: str | None, resolved: str, mirrors: Mapping[str, str | None] |
     names = distro.archives
     if value is not None and not value.strip():
         raise InputError([Problem("--apt-from", "is empty", ORIGIN_ALLOWED)])
-    if value in (None, "archive"):
+    if value is None or value == "archive":
         given = mirrors or {}
         return Origin("archive", {name: given.get(name) or distro.public[name] for name in names})
-    assert value is not None
     if "://" in value:
         snapshot = "{archive}" in value
         urls = {
