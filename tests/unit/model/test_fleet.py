@@ -76,6 +76,15 @@ def test_a_kubernetes_node_list_is_read_through_gfds_labels() -> None:
     assert nodes["gpu-gb200"].cpu == "arm64" and nodes["gpu-gb200"].gpus[0].arch == "sm_100"
 
 
+@pytest.mark.parametrize(
+    "item", [{"metadata": "x"}, {"metadata": {"labels": ["nvidia.com/gpu.product=T4"]}}], ids=["metadata", "labels"]
+)
+def test_a_malformed_kubernetes_item_is_named_with_exit_2_not_a_traceback(item: object) -> None:
+    with pytest.raises(InputError) as caught:
+        read_fleet(json.dumps({"kind": "List", "items": [KUBECTL["items"][0], item]}), "nodes.json")
+    assert "--nodes nodes.json: item 2: is not a node: metadata.labels must be an object of labels" in str(caught.value)
+
+
 def test_a_file_of_nodes_is_read_as_the_doctors_flags() -> None:
     text = (
         "- {name: a, gpu: 'A100,A100', driver: 535.104.05}\n"
