@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 # The modules it imports lie beside it, in images (/usr/local/bin) as in the source tree: see dl_bench.py.
 if TYPE_CHECKING or __package__:
     from . import dl_bench_training as training
-    from . import dl_stack
+    from . import dl_workers
 else:
     import dl_bench_training as training
-    import dl_stack
+    import dl_workers
 
 # --gpus all: all-reduce message sizes (float32) and counts as nccl-tests runs them (-w 5 -n 20, here more of
 # each for steadier figures).
@@ -71,7 +71,7 @@ def allreduce_times(
         expected = world * (world + 1) / 2
         seen = (float(buffer[0]), float(buffer[-1]))
         if seen != (expected, expected):
-            raise RuntimeError(f"all-reduce of {dl_stack.size_text(size)} gave {seen}, expected {expected:g}")
+            raise RuntimeError(f"all-reduce of {dl_workers.size_text(size)} gave {seen}, expected {expected:g}")
         buffer.zero_()  # zeros stay zeros: no overflow however many times it is summed
         for _ in range(warmup):
             dist.all_reduce(buffer)
@@ -94,7 +94,7 @@ def multi_gpu_worker(rank: int, world: int, workdir: str, note: Callable[..., No
     torch.cuda.set_device(rank)
     device = torch.device("cuda", rank)
     note("init")
-    dl_stack.torch_init_process_group(torch, "nccl", workdir, rank, world, WORKER_TIMEOUT_S)
+    dl_workers.torch_init_process_group(torch, "nccl", workdir, rank, world, WORKER_TIMEOUT_S)
     result: dict[str, Any] = {}
     if plan["allreduce"]:
         note("all_reduce")
@@ -111,7 +111,7 @@ def multi_gpu_worker(rank: int, world: int, workdir: str, note: Callable[..., No
         plan["mode"],
         plan["batch_size"],
         device,
-        wrap=lambda model: dl_stack.torch_ddp(torch, model, rank),
+        wrap=lambda model: dl_workers.torch_ddp(torch, model, rank),
     )
     torch.cuda.reset_peak_memory_stats(rank)
     timing: dict[str, Any] = dict(
@@ -125,14 +125,14 @@ def multi_gpu_worker(rank: int, world: int, workdir: str, note: Callable[..., No
 
 
 def allreduce_rows(
-    outcomes: Sequence[dl_stack.WorkerOutcome], sizes: Sequence[int], world: int, names: Sequence[str]
+    outcomes: Sequence[dl_workers.WorkerOutcome], sizes: Sequence[int], world: int, names: Sequence[str]
 ) -> list[dict[str, Any]]:
     """One row per message size: the slowest rank's time per all-reduce, as algorithm and bus bandwidth."""
     rows = []
-    failed = any(o.state != dl_stack.OK for o in outcomes)
+    failed = any(o.state != dl_workers.OK for o in outcomes)
     for index, size in enumerate(sizes):
         row: dict[str, Any] = {
-            "size": dl_stack.size_text(size),
+            "size": dl_workers.size_text(size),
             "bytes": size,
             "dtype": "float32",
             "gpus": world,
@@ -145,7 +145,7 @@ def allreduce_rows(
         if world < 2:
             row.update(status="skipped", error=f"needs 2 or more GPUs; {world} visible")
         elif failed:
-            row.update(status="error", error=dl_stack.describe_worker_failures(outcomes, names))
+            row.update(status="error", error=dl_workers.describe_worker_failures(outcomes, names))
         else:
             seconds = max(o.value["allreduce"][index]["seconds"] for o in outcomes)
             algbw, busbw = bus_bandwidth(size, seconds, world)
@@ -155,7 +155,7 @@ def allreduce_rows(
 
 
 def ddp_row(
-    outcomes: Sequence[dl_stack.WorkerOutcome], batch_size: int, iters: int, names: Sequence[str]
+    outcomes: Sequence[dl_workers.WorkerOutcome], batch_size: int, iters: int, names: Sequence[str]
 ) -> dict[str, Any]:
     """Throughput of one DDP run: every GPU's images over the slowest GPU's time."""
     world = len(outcomes)
@@ -169,8 +169,8 @@ def ddp_row(
         "final_loss": None,
         "error": None,
     }
-    if any(o.state != dl_stack.OK for o in outcomes):
-        failures = dl_stack.describe_worker_failures(outcomes, names)
+    if any(o.state != dl_workers.OK for o in outcomes):
+        failures = dl_workers.describe_worker_failures(outcomes, names)
         oom = "out of memory" in failures.lower()
         row.update(status="oom" if oom else "error", error=failures)
         return row
@@ -186,8 +186,8 @@ def ddp_row(
     return row
 
 
-def run_multi_gpu(world: int, plan: dict[str, Any]) -> list[dl_stack.WorkerOutcome]:
-    return dl_stack.run_workers(multi_gpu_worker, world, (plan,), timeout_s=WORKER_TIMEOUT_S)
+def run_multi_gpu(world: int, plan: dict[str, Any]) -> list[dl_workers.WorkerOutcome]:
+    return dl_workers.run_workers(multi_gpu_worker, world, (plan,), timeout_s=WORKER_TIMEOUT_S)
 
 
 def multi_gpu_report(
@@ -200,7 +200,7 @@ def multi_gpu_report(
     one = ddp_row(run_multi_gpu(1, {**plan, "allreduce": False}), batch_size, iters, names)
     sys.stderr.write(f"dl-bench: DDP on 1 GPU {one['status']} {one['images_per_s'] or ''}\n")
     all_gpus: dict[str, Any] | None = None
-    outcomes: list[dl_stack.WorkerOutcome] = []
+    outcomes: list[dl_workers.WorkerOutcome] = []
     if world > 1:
         outcomes = run_multi_gpu(world, {**plan, "allreduce": True})
         all_gpus = ddp_row(outcomes, batch_size, iters, names)
@@ -211,8 +211,8 @@ def multi_gpu_report(
     return {
         "gpus": world,
         "gpu_names": names,
-        "nccl": dl_stack.nccl_version_text(torch),
-        "collective_env": dl_stack.collective_environment(),
+        "nccl": dl_workers.nccl_version_text(torch),
+        "collective_env": dl_workers.collective_environment(),
         "allreduce": allreduce_rows(outcomes, ALLREDUCE_SIZES, world, names),
         "ddp": {
             "mode": mode.name,

@@ -1,5 +1,5 @@
 """The PyTorch work dl-smoke runs on the GPUs: the conv model's AMP training loop, and the workers that
-dl_stack.run_workers starts in a fresh process per GPU (the cuDNN probe, the NCCL all-reduce and DDP step, an
+dl_workers.run_workers starts in a fresh process per GPU (the cuDNN probe, the NCCL all-reduce and DDP step, an
 all-reduce within each pair of GPUs). A part of dl-smoke (dl_smoke.py).
 """
 
@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 # The modules it imports lie beside it, in images (/usr/local/bin) as in the source tree: see dl_smoke.py.
 if TYPE_CHECKING or __package__:
     from . import dl_smoke_rules as rules
-    from . import dl_stack
+    from . import dl_stack, dl_workers
 else:
     import dl_smoke_rules as rules
     import dl_stack
+    import dl_workers
 
 
 def _off_gpu(tensors: dict[str, Any]) -> list[str]:
@@ -91,7 +92,7 @@ def train_torch(
     return losses, model
 
 
-# --- workers: each runs in a fresh process per GPU (dl_stack.run_workers), whose spawn imports it again by name ---
+# --- workers: each runs in a fresh process per GPU (dl_workers.run_workers), whose spawn imports it again by name ---
 
 
 def cudnn_probe_worker(
@@ -140,7 +141,7 @@ def _join(rank: int, world: int, workdir: str, note: Callable[..., None], plan: 
         torch.cuda.set_device(rank)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     note("init")
-    dl_stack.torch_init_process_group(torch, plan["backend"], workdir, rank, world, plan["timeout_s"])
+    dl_workers.torch_init_process_group(torch, plan["backend"], workdir, rank, world, plan["timeout_s"])
     return torch, device
 
 
@@ -165,7 +166,7 @@ def multi_gpu_worker(rank: int, world: int, workdir: str, note: Callable[..., No
         plan["steps"],
         plan["channels_last"],
         rank=rank,
-        wrap=lambda net: dl_stack.torch_ddp(torch, net, rank if device.type == "cuda" else None),
+        wrap=lambda net: dl_workers.torch_ddp(torch, net, rank if device.type == "cuda" else None),
     )
     note("replicas")
     # DDP keeps every replica identical: compare each rank's parameters with rank 0's.

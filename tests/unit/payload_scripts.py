@@ -23,7 +23,7 @@ SMOKE = PAYLOAD / "dl_smoke.py"
 BENCH = PAYLOAD / "dl_bench.py"
 STACK = PAYLOAD / "dl_stack.py"
 # What both commands import; each command's own parts are dl_smoke_*.py and dl_bench_*.py.
-SHARED = (STACK, PAYLOAD / "dl_command.py")
+SHARED = (STACK, PAYLOAD / "dl_workers.py", PAYLOAD / "dl_command.py")
 MODULES = sorted(PAYLOAD.glob("dl_*.py"))  # the commands and every module they import
 
 # The scripts' skip paths (exit 77) run through torch; without it they exit 2.
@@ -64,7 +64,7 @@ def install_like_an_image(script: Path, command: str, folder: Path) -> Path:
     return installed
 
 
-# Worker targets for dl_stack.run_workers: module-level, so that each spawned process imports them again by name.
+# Worker targets for dl_workers.run_workers: module-level, so that each spawned process imports them again by name.
 
 
 def worker_answers(rank: int, world: int, workdir: str, note: Callable[..., None], value: str) -> dict[str, Any]:

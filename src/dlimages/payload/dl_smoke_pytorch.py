@@ -16,12 +16,13 @@ if TYPE_CHECKING or __package__:
     from . import dl_smoke_errors as errors
     from . import dl_smoke_rules as rules
     from . import dl_smoke_training as training
-    from . import dl_stack
+    from . import dl_stack, dl_workers
 else:
     import dl_smoke_errors as errors
     import dl_smoke_rules as rules
     import dl_smoke_training as training
     import dl_stack
+    import dl_workers
 
 # Multi-GPU: the all-reduce moves 16 MiB of float32 per GPU; the whole multi-GPU part must end in this time.
 ALLREDUCE_ELEMENTS = 4 * 2**20
@@ -46,21 +47,21 @@ def torch_train_check(
     return rules.loss_check(name, losses, _layout(options.channels_last))
 
 
-def run_cudnn_probe(index: int, dtype: str, channels_last: bool, convolve: bool) -> dl_stack.WorkerOutcome:
+def run_cudnn_probe(index: int, dtype: str, channels_last: bool, convolve: bool) -> dl_workers.WorkerOutcome:
     """cudnn_probe_worker's outcome (the unit tests put a fake here)."""
     args = (index, dtype, channels_last, convolve)
-    return dl_stack.run_workers(training.cudnn_probe_worker, 1, args, timeout_s=CUDNN_PROBE_TIMEOUT_S)[0]
+    return dl_workers.run_workers(training.cudnn_probe_worker, 1, args, timeout_s=CUDNN_PROBE_TIMEOUT_S)[0]
 
 
 def cudnn_load_check(
-    outcome: dl_stack.WorkerOutcome, gpu: str, describe_error: Callable[[str], str], missing: str | None = None
+    outcome: dl_workers.WorkerOutcome, gpu: str, describe_error: Callable[[str], str], missing: str | None = None
 ) -> tuple[rules.Check, tuple[int, ...] | None]:
     """The cudnn_load check and cuDNN's version from the probe's outcome: cuDNN's own words first, then the
     sub-libraries `missing` beside libcudnn.so.N (cudnn_sublibrary_hint), the process's fate after them."""
     data = outcome.value if isinstance(outcome.value, dict) else {}
     version = dl_stack.decode_cudnn_version(data.get("cudnn"))
     shown = dl_stack.format_version(version)
-    if outcome.state == dl_stack.OK:
+    if outcome.state == dl_workers.OK:
         if not data.get("convolved"):
             return rules.Check(
                 errors.CUDNN_LOAD, rules.SKIP, f"cuDNN {shown} loaded; no convolution run: no GPU has kernels"
@@ -73,17 +74,17 @@ def cudnn_load_check(
     last_words = [line.strip() for line in outcome.output.splitlines() if line.strip()]
     if problem is not None:
         detail = errors.describe_cudnn_problem(problem)
-    elif missing is not None and outcome.state != dl_stack.ERROR:
+    elif missing is not None and outcome.state != dl_workers.ERROR:
         detail = f"cuDNN could not be loaded: {missing}"
     elif outcome.stage in ("import torch", "cudnn version"):
         detail = "cuDNN could not be loaded: " + dl_stack.first_line(outcome.error)
-        if outcome.state != dl_stack.ERROR and last_words:
+        if outcome.state != dl_workers.ERROR and last_words:
             detail += "; its last output: " + dl_stack.first_line(last_words[-1], 200)
     else:
         detail = f"a convolution on {gpu} failed: " + describe_error(
-            outcome.error if outcome.state == dl_stack.ERROR else text
+            outcome.error if outcome.state == dl_workers.ERROR else text
         )
-    if outcome.state != dl_stack.ERROR:
+    if outcome.state != dl_workers.ERROR:
         detail += f" (the test process {outcome.error}, at {outcome.stage})"
     return rules.Check(errors.CUDNN_LOAD, rules.FAIL, detail), version
 
@@ -91,9 +92,9 @@ def cudnn_load_check(
 # --- several GPUs: NCCL all-reduce and DDP, one process per GPU ------------------------------------------------
 
 
-def run_multi_gpu(worker: Callable[..., Any], count: int, plan: dict[str, Any]) -> list[dl_stack.WorkerOutcome]:
+def run_multi_gpu(worker: Callable[..., Any], count: int, plan: dict[str, Any]) -> list[dl_workers.WorkerOutcome]:
     """The workers' outcomes (the unit tests put a fake here)."""
-    return dl_stack.run_workers(worker, count, (plan,), timeout_s=plan["timeout_s"])
+    return dl_workers.run_workers(worker, count, (plan,), timeout_s=plan["timeout_s"])
 
 
 def describe_peers(peers: Sequence[tuple[int, int]], count: int) -> str:
@@ -105,7 +106,7 @@ def describe_peers(peers: Sequence[tuple[int, int]], count: int) -> str:
 
 
 def summarize_multi_gpu(
-    outcomes: Sequence[dl_stack.WorkerOutcome],
+    outcomes: Sequence[dl_workers.WorkerOutcome],
     names: Sequence[str],
     plan: dict[str, Any],
     peers: Sequence[tuple[int, int]],
@@ -113,8 +114,8 @@ def summarize_multi_gpu(
 ) -> list[rules.Check]:
     """The nccl_allreduce and ddp_train checks from each rank's outcome, naming the GPU that failed."""
     count = len(outcomes)
-    size = "{} float32".format(dl_stack.size_text(plan["elements"] * 4))
-    past_all_reduce = all(o.state == dl_stack.OK or o.stage in ("ddp", "replicas") for o in outcomes)
+    size = "{} float32".format(dl_workers.size_text(plan["elements"] * 4))
+    past_all_reduce = all(o.state == dl_workers.OK or o.stage in ("ddp", "replicas") for o in outcomes)
     if past_all_reduce:
         allreduce = rules.Check(
             "nccl_allreduce",
@@ -124,15 +125,15 @@ def summarize_multi_gpu(
             ),
         )
     else:
-        detail = dl_stack.describe_worker_failures(outcomes, names)
+        detail = dl_workers.describe_worker_failures(outcomes, names)
         if count == 2:
             detail += f"; suspect GPU 0, GPU 1 or the link between them ({describe_peers(peers, count)})"
         return [
             rules.Check("nccl_allreduce", rules.FAIL, detail),
             rules.Check("ddp_train", rules.SKIP, "not run: the all-reduce failed"),
         ]
-    if any(o.state != dl_stack.OK for o in outcomes):
-        return [allreduce, rules.Check("ddp_train", rules.FAIL, dl_stack.describe_worker_failures(outcomes, names))]
+    if any(o.state != dl_workers.OK for o in outcomes):
+        return [allreduce, rules.Check("ddp_train", rules.FAIL, dl_workers.describe_worker_failures(outcomes, names))]
     mode = "{} autocast".format(plan["dtype"]) if plan["dtype"] else "float32"
     not_learning = [o.rank for o in outcomes if not rules.loss_decreased(o.value["losses"])]
     drift = max(o.value["drift"] for o in outcomes)
@@ -154,7 +155,7 @@ def summarize_multi_gpu(
     return [allreduce, rules.Check("ddp_train", rules.PASS, detail)]
 
 
-def link_checks(outcomes: Sequence[dl_stack.WorkerOutcome], names: Sequence[str]) -> list[rules.Check]:
+def link_checks(outcomes: Sequence[dl_workers.WorkerOutcome], names: Sequence[str]) -> list[rules.Check]:
     """nccl_link[a-b] for every pair, from pair_worker's outcomes: which link between two GPUs fails."""
     checks = []
     for a, b in sorted(pair for pairs in training.round_robin(len(outcomes)) for pair in pairs):
@@ -201,7 +202,7 @@ def multi_gpu_checks(
         "timeout_s": MULTI_GPU_TIMEOUT_S,
     }
     names = [str(g["name"]) for g in gpus]
-    peers = dl_stack.peer_access(torch, count)
+    peers = dl_workers.peer_access(torch, count)
     torch.cuda.empty_cache()  # the per-GPU steps' cached memory is the workers' now
     checks = summarize_multi_gpu(run_multi_gpu(training.multi_gpu_worker, count, plan), names, plan, peers, nccl)
     if checks[0].status == rules.FAIL and count > 2:
@@ -234,7 +235,7 @@ def probe_torch(
     arch_list = list(torch.cuda.get_arch_list()) if hasattr(torch.cuda, "get_arch_list") else None
     checks.append(rules.arch_list_check(arch_list, exp.cuda_arch_list))
 
-    versions["nccl"] = dl_stack.nccl_version_text(torch)
+    versions["nccl"] = dl_workers.nccl_version_text(torch)
 
     gpus = []
     runnable = []  # GPUs the build has kernels for: training would only repeat an arch failure, less readably
@@ -275,7 +276,7 @@ def probe_torch(
         first = runnable[0] if runnable else 0
         outcome = run_cudnn_probe(first, "float16", options.channels_last, bool(runnable))
         gpu = "GPU {} ({})".format(first, gpus[first]["name"])
-        missing = errors.cudnn_sublibrary_hint() if outcome.state != dl_stack.OK else None
+        missing = errors.cudnn_sublibrary_hint() if outcome.state != dl_workers.OK else None
         check, cudnn_parts = cudnn_load_check(outcome, gpu, functools.partial(describe_error, first), missing)
         checks.append(check)
     cudnn_loaded = checks[-1].status != rules.FAIL

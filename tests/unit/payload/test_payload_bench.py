@@ -16,6 +16,7 @@ from dlimages.payload import dl_bench as bench
 from dlimages.payload import dl_bench_multigpu as multigpu
 from dlimages.payload import dl_bench_training as bench_training
 from dlimages.payload import dl_stack as stack
+from dlimages.payload import dl_workers as workers
 
 
 def _row(mode: str, batch: int, peak: float | None, status: str = "ok") -> dict[str, Any]:
@@ -174,7 +175,7 @@ def test_scaling_efficiency_against_one_gpu() -> None:
 def _ok(rank: int, seconds: tuple[float, ...], elapsed: float = 2.0) -> Any:
     allreduce = [{"bytes": size, "seconds": s} for size, s in zip(multigpu.ALLREDUCE_SIZES, seconds, strict=False)]
     ddp = {"elapsed_s": elapsed, "warmup_s": 20.0, "final_loss": 6.9, "peak_mem_gib": 21.5 + rank, "model": "tv"}
-    return stack.WorkerOutcome(rank, "ok", {"allreduce": allreduce, "ddp": ddp}, "", "ddp", "")
+    return workers.WorkerOutcome(rank, "ok", {"allreduce": allreduce, "ddp": ddp}, "", "ddp", "")
 
 
 def test_allreduce_rows_take_the_slowest_gpu() -> None:
@@ -191,15 +192,15 @@ def test_allreduce_rows_take_the_slowest_gpu() -> None:
 
 
 def test_a_failed_gpu_fails_the_rows_and_is_named() -> None:
-    failed = stack.WorkerOutcome(1, "error", None, "DistBackendError: NCCL error", "all_reduce", "")
-    stopped = stack.WorkerOutcome(0, "stopped", None, "stopped after another worker failed", "all_reduce", "")
+    failed = workers.WorkerOutcome(1, "error", None, "DistBackendError: NCCL error", "all_reduce", "")
+    stopped = workers.WorkerOutcome(0, "stopped", None, "stopped after another worker failed", "all_reduce", "")
     rows = multigpu.allreduce_rows([stopped, failed], multigpu.ALLREDUCE_SIZES, 2, ["H200", "H200"])
     assert rows[0]["error"] == (
         "GPU 1 (H200) failed in all_reduce: DistBackendError: NCCL error; then stopped: GPU 0 (in all_reduce)"
     )
     ddp = multigpu.ddp_row([stopped, failed], 256, 50, ["H200", "H200"])
     assert (ddp["status"], ddp["images_per_s"]) == ("error", None)
-    oom = stack.WorkerOutcome(0, "error", None, "OutOfMemoryError: CUDA out of memory. Tried to allocate", "ddp", "")
+    oom = workers.WorkerOutcome(0, "error", None, "OutOfMemoryError: CUDA out of memory. Tried to allocate", "ddp", "")
     assert multigpu.ddp_row([oom], 256, 50, ["H200"])["status"] == "oom"
 
 

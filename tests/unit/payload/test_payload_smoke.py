@@ -25,6 +25,7 @@ from dlimages.payload import dl_smoke_rules as rules
 from dlimages.payload import dl_smoke_tensorflow as smoke_tf
 from dlimages.payload import dl_smoke_training as training
 from dlimages.payload import dl_stack as stack
+from dlimages.payload import dl_workers as workers
 
 TORCH_2_11_CU130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 TORCH_1_7_CU110 = ["sm_37", "sm_50", "sm_60", "sm_70", "sm_75", "sm_80"]
@@ -302,7 +303,7 @@ OPTIONS = rules.RunOptions(steps=6, channels_last=False, multi_gpu=True)
 def _outcome(
     rank: int, state: str = "ok", value: Any = None, error: str = "", stage: str = "", output: str = ""
 ) -> Any:
-    return stack.WorkerOutcome(rank, state, value, error, stage or ("replicas" if state == "ok" else "init"), output)
+    return workers.WorkerOutcome(rank, state, value, error, stage or ("replicas" if state == "ok" else "init"), output)
 
 
 @pytest.fixture

@@ -158,6 +158,7 @@ RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=assets/page_config.json,target=/mnt/page_config.json \
     --mount=type=bind,source=assets/zshrc,target=/mnt/zshrc \
     --mount=type=bind,source=assets/dl_stack.py,target=/mnt/dl_stack.py \
+    --mount=type=bind,source=assets/dl_workers.py,target=/mnt/dl_workers.py \
     --mount=type=bind,source=assets/dl_command.py,target=/mnt/dl_command.py \
     --mount=type=bind,source=assets/dl_smoke_errors.py,target=/mnt/dl_smoke_errors.py \
     --mount=type=bind,source=assets/dl_smoke_pytorch.py,target=/mnt/dl_smoke_pytorch.py \
@@ -172,7 +173,7 @@ RUN --mount=type=tmpfs,target=/mnt \
  && install -D -m 0644 /mnt/page_config.json /etc/jupyter/labconfig/page_config.json \
  && install -m 0644 -o dev -g dev /mnt/zshrc /home/dev/.zshrc \
  && install -m 0755 /mnt/dl-entrypoint /mnt/dl-smoke /usr/local/bin/ \
- && install -m 0644 /mnt/dl_stack.py /mnt/dl_command.py /mnt/dl_smoke_errors.py /mnt/dl_smoke_pytorch.py /mnt/dl_smoke_rules.py /mnt/dl_smoke_tensorflow.py /mnt/dl_smoke_training.py /usr/local/bin/ \
+ && install -m 0644 /mnt/dl_stack.py /mnt/dl_workers.py /mnt/dl_command.py /mnt/dl_smoke_errors.py /mnt/dl_smoke_pytorch.py /mnt/dl_smoke_rules.py /mnt/dl_smoke_tensorflow.py /mnt/dl_smoke_training.py /usr/local/bin/ \
  && /mnt/dl-normalize 6
 # Labels last: they change with every release and must not invalidate the layers above.
 RUN --mount=type=tmpfs,target=/mnt \
