@@ -20,12 +20,12 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 # The modules it imports lie beside it, in images (/usr/local/bin) as in the source tree: see dl_smoke.py.
-try:
+if TYPE_CHECKING or __package__:
     from .dl_stack import decode_nccl_version, first_line, format_version
-except ImportError:
+else:
     from dl_stack import decode_nccl_version, first_line, format_version
 
 
