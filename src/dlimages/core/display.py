@@ -67,7 +67,7 @@ class Tracker(Protocol):
 class ProgressDisplay:
     """Shows a tracker's status on `out`. On a terminal (out.isatty()): one line rewritten in place, at most every
     `refresh_s`. Otherwise (a CI log): a line whenever a layer or step finishes, and a heartbeat at least every
-    `heartbeat_s` while nothing does. `feed(line, echo=True)` also shows the line itself, above the status.
+    HEARTBEAT_S while nothing does. `feed(line, echo=True)` also shows the line itself, above the status.
 
     Safe to use from two threads (`ticking` keeps the heartbeat and the clock going while no output comes).
     """
@@ -79,17 +79,14 @@ class ProgressDisplay:
         *,
         clock: Clock = time.monotonic,
         tty: bool | None = None,
-        width: int | None = None,
         refresh_s: float = REFRESH_S,
-        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
         self.tracker = tracker
         self.out = out
         self.tty = _isatty(out) if tty is None else tty
-        self.width = width or (min(WIDTH, _columns(out) - 1) if self.tty else WIDTH)
+        self.width = min(WIDTH, _columns(out) - 1) if self.tty else WIDTH
         self._clock = clock
         self._refresh_s = refresh_s
-        self._heartbeat_s = heartbeat_s
         self._lock = threading.Lock()
         self._drawn_at: float | None = None  # when the terminal's status line was last drawn (None: not shown)
         self._printed_at = clock()  # when the log last got a status line
@@ -150,7 +147,7 @@ class ProgressDisplay:
             if force or self._drawn_at is None or now - self._drawn_at >= self._refresh_s:
                 self._write(f"\r{self.tracker.status(self.width)}\x1b[K")
                 self._drawn_at = now
-        elif force or now - self._printed_at >= self._heartbeat_s:
+        elif force or now - self._printed_at >= HEARTBEAT_S:
             status = self.tracker.status(self.width)
             self._write(status + "\n")
             self._printed_at, self._last_printed = now, status

@@ -126,7 +126,7 @@ def read_engine(version: str, info: str) -> Engine:
 def _json_object(text: str) -> dict[str, Any]:
     try:
         found = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return found if isinstance(found, dict) else {}
 

@@ -10,13 +10,13 @@ both (`containerimage.config.digest`, `containerimage.digest`), and a build is t
 from __future__ import annotations
 
 import json
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeGuard
 
+from dlimages.core.imagestream import ArchiveError, TarStream, docker_save
 from dlimages.core.references import DIGEST
-from dlimages.core.runner import Runner, byte_stream
+from dlimages.core.runner import Runner
 
 CLASSIC = "overlay2"
 CONTAINERD = "containerd"
@@ -28,7 +28,6 @@ CONTAINERD = "containerd"
 EXPORT = "--output=type=docker,compression=uncompressed,force-compression=true"
 # `docker info`'s DriverStatus on the containerd store: [["driver-type", "io.containerd.snapshotter.v1"]]
 _SNAPSHOTTER = "io.containerd.snapshotter"
-SAVE_TIMEOUT_S = 1800.0
 
 
 def store_of(driver_status: str) -> str:
@@ -82,14 +81,14 @@ def config_digest(ref: str, runner: Runner, store: str, built: Built | None = No
         return local
     if built is not None and built.manifest == local:
         return built.config
-    stream, finish = byte_stream(["docker", "save", ref], SAVE_TIMEOUT_S)
+    stream, finish = docker_save(ref)
     manifest = None
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as archive:
-            for member in archive:
-                if member.name == "manifest.json" and (file := archive.extractfile(member)) is not None:
-                    manifest = json.loads(file.read())
-    except (tarfile.TarError, ValueError, OSError):
+        archive = TarStream(stream)
+        for name, _size, _regular in archive.members():
+            if name == "manifest.json":
+                manifest = json.loads(archive.read())
+    except (ArchiveError, ValueError, OSError):
         manifest = None
     finally:
         stream.close()

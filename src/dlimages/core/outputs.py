@@ -19,8 +19,7 @@ def output_folder(given: str | None, flag: str, root: Path, *, command: str, mar
     allowed = ALLOWED.format(command=f"`{command}`")
 
     def refuse(message: str) -> InputError:
-        shown = repr(given)[:200]
-        return InputError([Problem(f"{flag} {shown}", message, allowed)])
+        return InputError([Problem(f"{flag} {given!r:.200}", message, allowed)])
 
     if given is None or not given.strip():
         raise InputError([Problem(flag, "is empty", allowed)])

@@ -104,16 +104,11 @@ def registry_ref(registry: str, image_ref: str) -> str:
     """The ref `image_ref` gets in `registry`: ("127.0.0.1:5000", "lab/x:v1") -> "127.0.0.1:5000/lab/x:v1"."""
     problems = registry_problems(registry) + ref_problems(image_ref)
     remote = f"{registry}/{image_ref}"
-    if not problems and name_too_long(remote):
+    if not problems and len(split_tag(remote)[0]) > MAX_NAME:  # the name, without the tag: docker's limit
         problems.append(Problem(f"image '{image_ref}'", f"with '{registry}' is longer than {MAX_NAME} characters"))
     if problems:
         raise InputError(problems)
     return remote
-
-
-def name_too_long(ref: str) -> bool:
-    """Whether docker would refuse `ref` for its name (registry and repository, without tag or digest)."""
-    return len(split_tag(ref.split("@", 1)[0])[0]) > MAX_NAME
 
 
 def names_registry(ref: str) -> bool:
@@ -184,9 +179,9 @@ def registry_is_loopback(ref: str) -> bool:
     costs nothing: loopback traffic never leaves the machine, so there is no network to attack it on. Everywhere
     else it stays on unless the caller asks: for Docker Hub, `--tls-verify=false` even lets skopeo fall back to HTTP.
     """
-    first, slash, _ = ref.partition("/")
-    if not slash or not ("." in first or ":" in first or first == "localhost"):
+    if not names_registry(ref):
         return False  # a Docker Hub name
+    first = ref.partition("/")[0]
     host = first[1 : first.find("]")] if first.startswith("[") else first.split(":", 1)[0]
     if host == "localhost":
         return True

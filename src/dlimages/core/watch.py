@@ -75,10 +75,7 @@ def watch(
     """Run argv to the end as the module says."""
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     args, stall = tuple(argv), stall_seconds()
-    if wait.tty:
-        reader, writer = pty.openpty()
-    else:
-        reader, writer = os.pipe()
+    reader, writer = pty.openpty() if wait.tty else os.pipe()
     try:
         proc = subprocess.Popen(
             list(args),

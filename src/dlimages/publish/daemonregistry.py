@@ -19,7 +19,7 @@ def registry_config(runner: Runner) -> Mapping[str, Any]:
     done = runner(["docker", "info", "--format", "{{json .RegistryConfig}}"], timeout=INSPECT_TIMEOUT_S)
     try:
         config = json.loads(done.out) if done.ok else None
-    except ValueError:
+    except (ValueError, RecursionError):
         config = None
     return config if isinstance(config, dict) else DEFAULT_REGISTRY_CONFIG
 

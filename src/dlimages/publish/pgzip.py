@@ -20,11 +20,7 @@ _HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
 
 def _deflate(data: bytes, primer: bytes, level: int, last: bool) -> bytes:
-    stream = (
-        zlib.compressobj(level, zlib.DEFLATED, -15, zdict=primer)
-        if primer
-        else zlib.compressobj(level, zlib.DEFLATED, -15)
-    )
+    stream = zlib.compressobj(level, zlib.DEFLATED, -15, zdict=primer)  # the first block's primer is empty: none
     return stream.compress(data) + stream.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
 
 
@@ -39,14 +35,13 @@ class ParallelGzip:
         self.primer = b""
         self.queue: deque[Future[bytes]] = deque()
         self.crc, self.size = 0, 0
-        self.started = False
+        self.header = _HEADER  # still to write
 
     def compress(self, data: bytes | memoryview) -> bytes:
         self.crc = zlib.crc32(data, self.crc)
         self.size += len(data)
         self.pending += data
-        out = bytearray() if self.started else bytearray(_HEADER)
-        self.started = True
+        out, self.header = bytearray(self.header), b""  # gzip's header, before the first bytes only
         while len(self.pending) >= self.block:
             self._submit(bytes(self.pending[: self.block]), last=False)
             del self.pending[: self.block]
@@ -55,8 +50,7 @@ class ParallelGzip:
         return bytes(out)
 
     def flush(self) -> bytes:
-        out = bytearray() if self.started else bytearray(_HEADER)
-        self.started = True
+        out, self.header = bytearray(self.header), b""
         self._submit(bytes(self.pending), last=True)
         self.pending.clear()
         while self.queue:

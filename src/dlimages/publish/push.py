@@ -256,7 +256,6 @@ def _immutable_tag_problem(target: PushTarget, local_id: str, settings: Settings
 
 def _push_tagged(target: PushTarget, local_id: str, settings: Settings) -> tuple[PushResult, bool]:
     registry, ref, remote, result = target.registry, target.ref, target.remote_ref, target.result
-    runner = settings.runner
 
     started = time.monotonic()
     pushed = settings.push(target, local_id)
@@ -275,7 +274,7 @@ def _push_tagged(target: PushTarget, local_id: str, settings: Settings) -> tuple
     started = time.monotonic()
     pinned = f"{target.repository}@{digest}"
     pulled = settings.with_retries(["docker", "pull", pinned], wait=registry)
-    pulled_id = runner.image_id(pinned) if pulled.ok else None
+    pulled_id = settings.runner.image_id(pinned) if pulled.ok else None
     verify_seconds = time.monotonic() - started
     error: str | None = None
     if not pulled.ok:

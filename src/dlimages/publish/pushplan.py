@@ -11,7 +11,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from dlimages.core.errors import InputError, Problem
@@ -75,17 +75,8 @@ class PushResult(PushTarget):
         return self.verified and self.error is None
 
     def as_json(self) -> dict[str, object]:
-        return {
-            "registry": self.registry,
-            "ref": self.ref,
-            "remote_ref": self.remote_ref,
-            "digest": self.digest,
-            "verified": self.verified,
-            "attempts": self.attempts,
-            "error": self.error,
-            "push_seconds": round(self.push_seconds, 3),
-            "verify_seconds": round(self.verify_seconds, 3),
-        }
+        rounded = {"push_seconds": round(self.push_seconds, 3), "verify_seconds": round(self.verify_seconds, 3)}
+        return asdict(self) | rounded
 
 
 @dataclass(frozen=True)

@@ -114,16 +114,15 @@ class Settings:
                 kind = f"{self.archives.compression} level {self.archives.level}"
                 self.out.write(f"{kind}: compressing {target.ref}'s layers as the engine saves it\n")
                 self.out.flush()
-            archive, failed = self.archives.archive(target.ref, local_id)
-            if archive is None:
-                assert failed is not None
-                return Outcome(failed, 1, "other")
+            archive = self.archives.archive(target.ref, local_id)
+            if isinstance(archive, Result):  # docker save failed
+                return Outcome(archive, 1, "other")
             self.out.write(f"push {target.ref} -> {target.registry}: its {self.archives.compression} layers (skopeo)\n")
             insecure = self.insecure(target.registry)
             args = (self.runner, archive, target.ref, target.remote_ref, target.tag, insecure, self.timeout, self.stage)
             return self.retried(lambda _attempt: push_zstd(*args))
         if local_id not in self._layers:
-            self._layers[local_id] = _image_layers(self.runner, local_id)
+            self._layers[local_id] = image_layers(self.runner, local_id)
         layers = self._layers[local_id]
         return self.retried(lambda attempt: _stream_push(target, layers, attempt, self))
 
@@ -134,12 +133,14 @@ class Settings:
         return daemon_treats_as_insecure(registry, self._registry_config)
 
 
-def _image_layers(runner: Runner, image_id: str) -> tuple[Layer, ...]:
-    """The image's layers as `docker push` names them, with their uncompressed sizes where history tells them;
-    none when the engine cannot say (the progress then counts the layers docker names, without bytes)."""
-    inspect = ["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", image_id]
-    rootfs = runner(inspect, timeout=INSPECT_TIMEOUT_S)
-    diff_ids = parse_diff_ids(rootfs.out) if rootfs.ok else None
+def image_layers(runner: Runner, image_id: str, diff_ids: Sequence[str] | None = None) -> tuple[Layer, ...]:
+    """The image's layers (its diff IDs, asked of the engine unless given) as `docker push` names them, with their
+    uncompressed sizes where history tells them; none when the engine cannot say (the progress then counts the
+    layers docker names, without bytes)."""
+    if diff_ids is None:
+        inspect = ["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", image_id]
+        rootfs = runner(inspect, timeout=INSPECT_TIMEOUT_S)
+        diff_ids = parse_diff_ids(rootfs.out) if rootfs.ok else None
     if not diff_ids:
         return ()
     rows = ["docker", "history", "--human=false", "--no-trunc", "--format", "{{.Size}} {{json .CreatedBy}}", image_id]

@@ -17,7 +17,7 @@ from dlimages.core.runner import DEFAULT, Result, Runner
 from dlimages.publish.daemonregistry import INSPECT_TIMEOUT_S
 from dlimages.publish.push import PushError
 from dlimages.publish.pushplan import PushResult
-from dlimages.publish.pushprogress import parse_history, push_layers
+from dlimages.publish.pushrun import image_layers
 
 MANIFEST_TIMEOUT_S = 300.0
 VENV_PYTHON = "/opt/venv/bin/python"
@@ -104,22 +104,16 @@ def image_manifest(image_ref: str, runner: Runner = DEFAULT, *, python: str | No
     if python is not None:
         argv = [*RUN_LOCAL, "--entrypoint", python, image_ref, "-m", "pip", "list", "--format=json"]
         listed = runner(argv, timeout=MANIFEST_TIMEOUT_S)
-        if listed.code == NO_ENTRYPOINT and "no such file" in listed.err:
-            return _dpkg(manifest, runner, image_ref)  # an image without the venv (a base): "pip": None
-        pip = _checked(runner, argv, image_ref, "pip list", listed)
-        packages = json.loads(pip)
-        manifest["pip"] = {item["name"]: item["version"] for item in sorted(packages, key=lambda i: i["name"].lower())}
+        if listed.code != NO_ENTRYPOINT or "no such file" not in listed.err:  # else no venv (a base): "pip": None
+            pip = json.loads(_checked(runner, argv, image_ref, "pip list", listed))
+            manifest["pip"] = {item["name"]: item["version"] for item in sorted(pip, key=lambda i: i["name"].lower())}
     return _dpkg(manifest, runner, image_ref)
 
 
 def _layers(runner: Runner, info: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Each layer's diff ID and uncompressed size (None where `docker history` cannot tell), oldest first."""
     diff_ids = list((info.get("RootFS") or {}).get("Layers") or [])
-    rows = ["docker", "history", "--human=false", "--no-trunc", "--format", "{{.Size}} {{json .CreatedBy}}", info["Id"]]
-    history = runner(rows, timeout=INSPECT_TIMEOUT_S)
-    sizes = {
-        layer.id: layer.size for layer in push_layers(diff_ids, parse_history(history.out) if history.ok else None)
-    }
+    sizes = {layer.id: layer.size for layer in image_layers(runner, info["Id"], diff_ids)}
     return [{"diff_id": diff_id, "size": sizes.get(diff_id.removeprefix("sha256:")[:12])} for diff_id in diff_ids]
 
 

@@ -28,7 +28,8 @@ from dlimages.core.watch import Wait
 from dlimages.model.spec import MATRIX_FILE, load_matrix
 from dlimages.publish import attest
 from dlimages.publish.audit import VULN_TYPE, Scan, audit
-from dlimages.publish.pushplan import PushResult, daemon_treats_as_insecure
+from dlimages.publish.daemonregistry import insecure_registry
+from dlimages.publish.pushplan import PushResult
 
 COSIGN_TIMEOUT_S = 300.0
 KEY_CHECK_TIMEOUT_S = 60.0  # loading a key: a file at once, a KMS key one request
@@ -150,13 +151,7 @@ class Trust:
         return f"key {self.key}" if self.key else f"identity {self.identity} ({self.issuer})"
 
 
-def sign_pushed(
-    results: Sequence[PushResult],
-    signing: Signing,
-    root: Path,
-    runner: Runner = DEFAULT,
-    registry_config: Mapping[str, Any] | None = None,
-) -> list[str]:
+def sign_pushed(results: Sequence[PushResult], signing: Signing, root: Path, runner: Runner = DEFAULT) -> list[str]:
     """Sign and attest each distinct pushed REPOSITORY@DIGEST (an image pushed under several tags once): the SBOM,
     the provenance, and the vulnerability scan where one could be made; a line per digest. Raises SigningError
     naming the digest and cosign's reason."""
@@ -170,7 +165,7 @@ def sign_pushed(
             facts = image_facts(result.ref, root, runner)
             made[result.ref] = (facts, audit(facts.files.get(attest.PYTHON_LOCK), runner))
         facts, scan = made[result.ref]
-        http = allow_http(result.registry, runner, registry_config)
+        http = ["--allow-http-registry"] if insecure_registry(result.registry, runner) else []
         with tempfile.TemporaryDirectory(dir=run_folder()) as folder:
             documents = {attest.SBOM_TYPE: attest.sbom(facts), attest.PROVENANCE_TYPE: attest.provenance(facts)}
             if scan.predicate is not None:
@@ -268,15 +263,6 @@ def cosign(
     if check and not done.ok:
         raise SigningError(f"{doing} failed: {cosign_reason(done)}")
     return done
-
-
-def allow_http(ref: str, runner: Runner, config: Mapping[str, Any] | None) -> list[str]:
-    """`--allow-http-registry` where dockerd itself reaches the registry without verified TLS (127.0.0.0/8 by
-    default): the same registries, no more."""
-    if config is None:
-        done = runner(["docker", "info", "--format", "{{json .RegistryConfig}}"])
-        config = json.loads(done.out) if done.ok and done.out.strip().startswith("{") else {}
-    return ["--allow-http-registry"] if daemon_treats_as_insecure(ref.split("/", 1)[0], config or {}) else []
 
 
 def inspect_image(ref: str, runner: Runner) -> dict[str, Any]:

@@ -81,7 +81,7 @@ class Archives:
         self.configs: dict[str, str] = {}  # local image ID -> the config digest its layout kept
         self.save = save
 
-    def archive(self, ref: str, local_id: str) -> tuple[Path | None, Result | None]:
+    def archive(self, ref: str, local_id: str) -> Path | Result:
         """The layout of `ref` (written now, or before for this image); the failed `docker save` otherwise."""
         if local_id not in self.made:
             layout = self.folder / local_id.removeprefix("sha256:")[:16]
@@ -97,9 +97,9 @@ class Archives:
             if not saved.ok or error:
                 shutil.rmtree(layout, ignore_errors=True)
                 err = saved.err if not saved.ok else error
-                return None, Result(saved.argv, saved.code or 1, saved.out, err)
+                return Result(saved.argv, saved.code or 1, saved.out, err)
             self.made[local_id] = layout
-        return self.made[local_id], None
+        return self.made[local_id]
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -191,20 +191,16 @@ def _compress(
             packed.update(out)
             target.write(out)
 
-        first = True
         try:
-            for chunk in source:
+            for number, chunk in enumerate(source):
                 saved.update(chunk)
                 if kept is not None:
                     kept += chunk
-                if first and bytes(chunk[:2]) == _GZIP_MAGIC:  # no tar or JSON starts so
+                if number == 0 and bytes(chunk[:2]) == _GZIP_MAGIC:  # no tar or JSON starts so
                     gunzip = zlib.decompressobj(wbits=31)
-                first = False
-                if gunzip is None:
-                    put(chunk)
-                else:
+                if gunzip is not None:
                     plain.update(tar := gunzip.decompress(chunk))
-                    put(tar)
+                put(chunk if gunzip is None else tar)
             if gunzip is not None:
                 plain.update(tar := gunzip.flush())
                 put(tar)

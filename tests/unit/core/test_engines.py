@@ -102,7 +102,9 @@ def test_an_engine_with_several_kinds_says_each_and_refuses_with_the_first_that_
     assert len(found.notes()) == 3 and all("\n" not in line for line in found.notes())
 
 
-@pytest.mark.parametrize(("version", "info"), [("", ""), ("null", "Cannot connect"), ("[]", "26.1.5")])
+@pytest.mark.parametrize(
+    ("version", "info"), [("", ""), ("null", "Cannot connect"), ("[]", "26.1.5"), ("[" * 100_000, "{" * 100_000)]
+)
 def test_answers_that_cannot_be_read_claim_nothing(version: str, info: str) -> None:
     assert read_engine(version, info) == Engine((), "")
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
+import subprocess
+import tarfile
 from pathlib import Path
 
-from dlimages.core.imagestore import CLASSIC, CONTAINERD, Built, config_of, store_of
+import pytest
+
+from dlimages.core import imagestore
+from dlimages.core.imagestore import CLASSIC, CONTAINERD, Built, config_digest, config_of, store_of
+from dlimages.core.runner import Result, Runner
 
 CONFIG, MANIFEST = "sha256:" + "c" * 64, "sha256:" + "d" * 64
 
@@ -41,3 +48,25 @@ def test_the_config_digest_of_docker_saves_manifest_in_both_layouts() -> None:
     assert config_of([{"Config": f"{'c' * 64}.json", "Layers": []}]) == CONFIG  # classic store
     assert config_of([]) is None and config_of({"Config": "x"}) is None
     assert config_of([{"Config": "blobs/sha256/zz"}]) is None
+
+
+def test_the_config_digest_on_the_containerd_store_is_read_from_docker_saves_manifest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in (("index.json", b"{}"), ("manifest.json", json.dumps([{"Config": f"{'c' * 64}.json"}]))):
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data.encode() if isinstance(data, str) else data))
+    saved = {"lab/x:v1": out.getvalue(), "lab/broken:v1": out.getvalue()[:700]}
+    finished = []
+    monkeypatch.setattr(
+        imagestore, "docker_save", lambda ref: (io.BytesIO(saved[ref]), lambda: finished.append(ref) or Result((), 0))
+    )
+    runner = Runner(lambda argv, **_: subprocess.CompletedProcess(argv, 0, MANIFEST + "\n", ""))
+    assert config_digest("lab/x:v1", runner, CLASSIC) == MANIFEST  # the classic store: the image ID, nothing saved
+    assert config_digest("lab/x:v1", runner, CONTAINERD, Built(CONFIG, MANIFEST)) == CONFIG  # the build said it
+    assert config_digest("lab/x:v1", runner, CONTAINERD) == CONFIG
+    assert config_digest("lab/broken:v1", runner, CONTAINERD) is None
+    assert finished == ["lab/x:v1", "lab/broken:v1"]
