@@ -83,11 +83,6 @@ def attempt_of(plan: BuildPlan) -> Attempt:
     )
 
 
-def explain_failure(output: Sequence[str], attempt: Attempt | None = None, remedies: Remedies | None = None) -> str:
-    """What failed and the ways out, from a failed build's output (see dlimages.building.advice)."""
-    return diagnose(output, attempt, remedies).advice
-
-
 def run_build(
     plan: BuildPlan,
     root: Path,

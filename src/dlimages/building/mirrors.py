@@ -126,11 +126,6 @@ def debian_mirrors(
     return main.uri, security.uri if security else main.uri.rstrip("/") + "-security"
 
 
-def host_apt_uris(sources: Iterable[Path] = APT_SOURCES) -> list[str]:
-    """The http(s) URIs this host's apt uses, in both one-line and deb822 formats, in file order."""
-    return list(dict.fromkeys(source.uri for source in _host_sources(sources)))
-
-
 @dataclass(frozen=True)
 class _AptSource:
     uri: str

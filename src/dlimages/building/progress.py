@@ -52,10 +52,6 @@ class BuildProgress:
         return len(self._done)
 
     @property
-    def steps_cached(self) -> int:
-        return len(self._cached)
-
-    @property
     def current(self) -> str | None:
         """The step or phase running now (the last one that printed and has not finished)."""
         if self._current is None:
@@ -137,9 +133,3 @@ def _step_text(stage: str, k: str, m: str, text: str) -> str:
     """`[5/9] RUN umask 0022 && ...`: RUN's --mount/--network options say nothing about progress."""
     where = f"{k}/{m}" if not stage or _AUTOMATIC_STAGE.match(stage) else f"{stage} {k}/{m}"
     return f"[{where}] " + _RUN_OPTIONS.sub(r"\1", " ".join(text.split()))
-
-
-# --- formatting --------------------------------------------------------------------------------------------------
-
-
-# --- showing it --------------------------------------------------------------------------------------------------

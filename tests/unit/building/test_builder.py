@@ -14,13 +14,12 @@ from typing import Any
 
 import pytest
 
-from dlimages.building.advice import MIRROR_BASES, Remedies
+from dlimages.building.advice import MIRROR_BASES, Remedies, diagnose
 from dlimages.building.builder import (
     TABLE_WIDTH,
     BuildResult,
     all_built,
     attempt_of,
-    explain_failure,
     next_commands,
     run_build,
     run_builds,
@@ -62,11 +61,11 @@ ERROR: failed to solve: 127.0.0.1:5391/mirror/dlimages/base:debian12: failed to 
     ],
 )
 def test_known_failures_get_advice(output: str, advice: str) -> None:
-    assert advice in explain_failure(["#8 ...", output, "ERROR: failed to solve"])
+    assert advice in diagnose(["#8 ...", output, "ERROR: failed to solve"]).advice
 
 
 def test_unknown_failure_quotes_the_last_line() -> None:
-    assert explain_failure(["step 1", "something odd happened", ""]) == "the build failed: something odd happened"
+    assert diagnose(["step 1", "something odd happened", ""]).advice == "the build failed: something odd happened"
 
 
 def done(code: int, out: str = "") -> subprocess.CompletedProcess[str]:
@@ -212,7 +211,7 @@ def test_the_summary_table_fits_100_columns_with_real_errors(
         results.append(
             run_build(failing, tmp_path, io.StringIO(), Runner(engine.run, engine.stream), remedies=remedies)
         )
-    unexplained = BuildResult(plan.cell, False, 8.0, error=explain_failure([PIP_STEP.strip().splitlines()[-1]]))
+    unexplained = BuildResult(plan.cell, False, 8.0, error=diagnose([PIP_STEP.strip().splitlines()[-1]]).advice)
     good = BuildResult(expansion.cells[1], True, 754.2, "sha256:" + "d" * 64, 5_870_000_000)
     later = expansion.cells[2]
     text = summary_table([*results, unexplained, good], [offline, plan.cell, good.cell, later])

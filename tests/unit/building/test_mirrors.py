@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dlimages.building.mirrors import MirrorArgs, debian_mirrors, host_apt_uris, resolve
+from dlimages.building.mirrors import MirrorArgs, debian_mirrors, resolve
 from dlimages.core.errors import InputError
 from dlimages.model.cells import Cell
 from dlimages.model.spec import Matrix
@@ -52,34 +52,32 @@ def deb822_sources(tmp_path: Path) -> list[Path]:
     return [tmp_path / "sources.list", folder]  # sources.list does not exist, as on a fresh Debian 12
 
 
-def test_host_apt_uris_reads_deb822(deb822_sources: list[Path]) -> None:
-    assert host_apt_uris(deb822_sources) == [
+def test_host_mirrors_read_from_deb822(deb822_sources: list[Path]) -> None:
+    assert debian_mirrors(deb822_sources) == (
         "http://mirror.example.org/debian",
         "http://mirror.example.org/debian-security/",
-    ]
+    )
 
 
-def test_host_apt_uris_reads_one_line_format(tmp_path: Path) -> None:
+def test_host_mirrors_read_from_the_one_line_format(tmp_path: Path) -> None:
     sources = tmp_path / "sources.list"
     sources.write_text(ONE_LINE, encoding="utf-8")
-    assert host_apt_uris([sources, tmp_path / "missing.d"]) == [
+    assert debian_mirrors([sources, tmp_path / "missing.d"]) == (
         "http://one.example.net/debian",
         "http://one.example.net/debian-security",
-    ]
+    )
 
 
-def test_host_apt_uris_keeps_file_order_without_duplicates(tmp_path: Path) -> None:
+def test_host_mirrors_are_the_first_in_file_order(tmp_path: Path) -> None:
     (tmp_path / "sources.list").write_text(ONE_LINE, encoding="utf-8")
     folder = tmp_path / "sources.list.d"
     folder.mkdir()
     (folder / "b.sources").write_text(DEB822, encoding="utf-8")
     (folder / "a.list").write_text("deb http://one.example.net/debian bookworm contrib\n", encoding="utf-8")
-    assert host_apt_uris([tmp_path / "sources.list", folder]) == [
+    assert debian_mirrors([tmp_path / "sources.list", folder]) == (
         "http://one.example.net/debian",
         "http://one.example.net/debian-security",
-        "http://mirror.example.org/debian",
-        "http://mirror.example.org/debian-security/",
-    ]
+    )
 
 
 @pytest.mark.parametrize(
