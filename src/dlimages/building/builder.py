@@ -96,27 +96,11 @@ def run_build(
     profiles and cells: `Remedies.from_matrix(matrix, cells)`)."""
     plan.metadata_file.parent.mkdir(parents=True, exist_ok=True)
     plan.metadata_file.unlink(missing_ok=True)
-    tail: collections.deque[str] = collections.deque(maxlen=400)
-    # Every line of BuildKit's output as it comes, and a status line (steps done / total, elapsed): rewritten in
-    # place on a terminal, one line per finished step (and a heartbeat) in a log.
-    display = ProgressDisplay(BuildProgress(f"{plan.cell.image}:{plan.cell.immutable_tag}"), out)
-
-    def show(line: str) -> None:
-        display.feed(line, echo=True)
-        tail.append(line)
-
-    start = time.monotonic()
-    try:
-        with display.ticking():
-            code = runner.stream(plan.build, show, cwd=root)
-    except KeyboardInterrupt:
-        display.finish("interrupted")
-        raise
-    display.finish(None if code == 0 else f"failed (exit {code})")
-    seconds = time.monotonic() - start
+    label = f"{plan.cell.image}:{plan.cell.immutable_tag}"
+    code, tail, seconds = _stream(plan.build, label, 400, root, out, runner)
     built = Built.read(plan.metadata_file) if code == 0 else None
     if built is None:
-        diagnosis = diagnose(list(tail), attempt_of(plan), remedies)
+        diagnosis = diagnose(tail, attempt_of(plan), remedies)
         return BuildResult(plan.cell, False, seconds, error=diagnosis.advice, diagnosis=diagnosis)
     return _tagged(plan, built, seconds, runner)
 
@@ -186,36 +170,21 @@ def run_bake(
     bake_file, metadata_file = workdir / "bake.json", workdir / "bake-metadata.json"
     bake_file.write_text(render_bake(bake_document(plans, tags=False, cache_from=cache_from, cache_to=cache_to)))
     metadata_file.unlink(missing_ok=True)
-    tail: collections.deque[str] = collections.deque(maxlen=2000)
-    names = ", ".join(plan.cell.slug for plan in plans)
-    display = ProgressDisplay(BuildProgress(f"bake {names}"), out)
-
-    def show(line: str) -> None:
-        display.feed(line, echo=True)
-        tail.append(line)
-
-    start = time.monotonic()
     argv = bake_argv(str(bake_file), str(metadata_file), no_cache=no_cache)
-    try:
-        with display.ticking():
-            code = runner.stream(argv, show, cwd=root)
-    except KeyboardInterrupt:
-        display.finish("interrupted")
-        raise
-    display.finish(None if code == 0 else f"failed (exit {code})")
-    seconds = time.monotonic() - start
+    label = "bake " + ", ".join(plan.cell.slug for plan in plans)
+    code, tail, seconds = _stream(argv, label, 2000, root, out, runner)
     try:
         metadata = json.loads(metadata_file.read_text()) if metadata_file.is_file() else {}
     except (OSError, ValueError):
         metadata = {}
     ids = built_images(metadata if isinstance(metadata, dict) else {}, plans)
-    blamed = _failed_targets(list(tail), plans) if code != 0 else set()
+    blamed = _failed_targets(tail, plans) if code != 0 else set()
     results = []
     for plan in plans:
         built = ids.get(plan.cell.slug)
         if built is None or plan.cell.slug in blamed:
             if plan.cell.slug in blamed or not blamed:
-                diagnosis = diagnose(_lines_of(list(tail), plan), attempt_of(plan), remedies)
+                diagnosis = diagnose(_lines_of(tail, plan), attempt_of(plan), remedies)
                 results.append(BuildResult(plan.cell, False, seconds, error=diagnosis.advice, diagnosis=diagnosis))
             else:
                 stopped = "stopped: bake ends every build when one fails (" + ", ".join(sorted(blamed)) + ")"
@@ -223,6 +192,30 @@ def run_bake(
             continue
         results.append(_tagged(plan, built, seconds, runner))
     return results
+
+
+def _stream(
+    argv: Sequence[str], label: str, keep: int, root: Path, out: TextIO, runner: Runner
+) -> tuple[int, list[str], float]:
+    """Run a build command: every line of BuildKit's output as it comes, and a status line (steps done / total,
+    elapsed), rewritten in place on a terminal, one line per finished step (and a heartbeat) in a log. Its exit
+    code, the last `keep` lines (what the advice reads) and the seconds it took."""
+    tail: collections.deque[str] = collections.deque(maxlen=keep)
+    display = ProgressDisplay(BuildProgress(label), out)
+
+    def show(line: str) -> None:
+        display.feed(line, echo=True)
+        tail.append(line)
+
+    start = time.monotonic()
+    try:
+        with display.ticking():
+            code = runner.stream(argv, show, cwd=root)
+    except KeyboardInterrupt:
+        display.finish("interrupted")
+        raise
+    display.finish(None if code == 0 else f"failed (exit {code})")
+    return code, list(tail), time.monotonic() - start
 
 
 def builder_driver(runner: Runner = DEFAULT) -> str:
