@@ -74,12 +74,8 @@ ARCHITECTURES = (
     Architecture("Kepler", ("sm_35", "sm_37"), last_branch=470, last_cuda=11),
     Architecture("Kepler", ("sm_30", "sm_32"), last_branch=470, last_cuda=10),
 )
+# Each compute capability's architecture ("sm_70" -> Volta).
 _BY_ARCH = {arch: architecture for architecture in ARCHITECTURES for arch in architecture.archs}
-
-
-def of(arch: str | None) -> Architecture | None:
-    """The architecture of a compute capability ("sm_70" -> Volta), or None for one the table does not hold."""
-    return _BY_ARCH.get(arch or "")
 
 
 @dataclass(frozen=True)
@@ -96,7 +92,7 @@ def unsupported(arch: str | None, branch: int) -> Unsupported | None:
     Example: unsupported("sm_100", 550).allowed == "a driver of branch R570 or newer"; unsupported("sm_61", 590) says
     Pascal's last branch is R580; unsupported("sm_90", 535) is None.
     """
-    found = of(arch)
+    found = _BY_ARCH.get(arch or "")
     if found is None:
         return None
     if found.first_branch is not None and branch < found.first_branch:
@@ -118,7 +114,7 @@ def dropped_by(arch: str | None, cuda: str) -> str | None:
 
     Example: dropped_by("sm_70", "13.0") names CUDA 13.0's removal of Maxwell, Pascal and Volta.
     """
-    found = of(arch)
+    found = _BY_ARCH.get(arch or "")
     major = int(cuda.split(".")[0])
     if found is None or found.last_cuda is None or major <= found.last_cuda:
         return None

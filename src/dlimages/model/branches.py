@@ -67,15 +67,10 @@ BRANCHES = (
         f"CUDA 13.2 GA lists >= 595.45.04 ({TOOLKIT_DRIVERS}, Table 3), released as a beta ({CURRENT_RELEASES}/12)",
     ),
 )
-_BY_NUMBER = {branch.number: branch for branch in BRANCHES}
+BY_NUMBER = {branch.number: branch for branch in BRANCHES}  # 580 -> R580
 # How people write a branch: R580, r580, 580 (ASCII digits only).
 BRANCH_FORM = re.compile(r"[Rr]?(?P<number>[1-9][0-9]{2,3})")
 KNOWN = ", ".join(branch.name for branch in BRANCHES)
-
-
-def find(number: int) -> Branch | None:
-    """The branch of this number (580 -> R580), or None for one this table does not hold."""
-    return _BY_NUMBER.get(number)
 
 
 def judged_at(branch: Branch) -> str:

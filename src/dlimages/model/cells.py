@@ -160,6 +160,11 @@ class Cell:
     def title(self) -> str:
         return self.candidate.title
 
+    @property
+    def arch_list(self) -> list[str]:
+        """The build's arch list as the framework reports it: the matrix's PTX targets sm_XY become compute_XY."""
+        return [*self.arch_sass, *(f"compute_{arch.removeprefix('sm_')}" for arch in self.arch_ptx)]
+
     def as_json(self) -> dict[str, object]:
         return {
             "image": self.image,
@@ -179,7 +184,7 @@ class Cell:
             "forward_compat_branches": list(self.driver.forward_compat_branches),
             "nvidia_require_cuda": self.driver.require_cuda,
             "base_end_of_life": self.base_end_of_life,
-            "cuda_arch_list": [*self.arch_sass, *(f"compute_{a[3:]}" for a in self.arch_ptx)],
+            "cuda_arch_list": self.arch_list,
             "dockerfile": self.dockerfile,
             "notes": list(self.notes),
         }

@@ -113,26 +113,20 @@ def _with_companions(title: str, release: Release) -> str:
 
 
 def _base_reasons(matrix: Matrix, candidate: Candidate, title: str, release: Release, variant: Variant) -> list[Reason]:
-    reasons: list[Reason] = []
-    os_name = os_for_python(matrix, candidate.python)
     nvidia = matrix.nvidia_cuda
     if variant.cuda_libs == "wheel":
-        if candidate.flavor != "runtime":
-            reasons.append(
-                Reason(
-                    "no-duplicate-cuda",
-                    f"{title} brings its own CUDA libraries in its wheels; a {candidate.flavor} base would ship "
-                    "the toolkit's copies of the same libraries again",
-                    release.source,
-                )
-            )
-        return reasons
+        if candidate.flavor == "runtime":
+            return []
+        said = (
+            f"{title} brings its own CUDA libraries in its wheels; a {candidate.flavor} base would ship the toolkit's "
+            "copies of the same libraries again"
+        )
+        return [Reason("no-duplicate-cuda", said, release.source)]
     images = nvidia.toolkits.get(candidate.cuda)
     if images is None:
-        reasons.append(
-            Reason("base-image", f"{nvidia.repository} has no images for CUDA {candidate.cuda}", nvidia.source)
-        )
-        return reasons
+        return [Reason("base-image", f"{nvidia.repository} has no images for CUDA {candidate.cuda}", nvidia.source)]
+    reasons: list[Reason] = []
+    os_name = os_for_python(matrix, candidate.python)
     if os_name not in images.os:
         reasons.append(
             Reason(
@@ -171,28 +165,18 @@ def _base_reasons(matrix: Matrix, candidate: Candidate, title: str, release: Rel
 # GPU brands as the container toolkit names them in `brand=` conditions: NVML's brand types, lower case
 # (nvidia-container-toolkit internal/modifier/image_requirements.go, brandTypeToRequirementString; NVML_BRAND_UNKNOWN
 # is "unknown", as libnvidia-container writes it and NVIDIA's bases list it), by NVML's numbering.
-NVML_BRANDS: Mapping[int, str] = {
-    0: "unknown",
-    1: "quadro",
-    2: "tesla",
-    3: "nvs",
-    4: "grid",
-    5: "geforce",
-    6: "titan",
-    7: "nvidiavapps",
-    8: "nvidiavpc",
-    9: "nvidiavcs",
-    10: "nvidiavws",
-    11: "nvidiacloudgaming",
-    12: "quadrortx",
-    13: "nvidiartx",
-    14: "nvidia",
-    15: "geforcertx",
-    16: "titanrtx",
-}
+NVML_BRANDS: Mapping[int, str] = dict(
+    enumerate(
+        "unknown quadro tesla nvs grid geforce titan nvidiavapps nvidiavpc nvidiavcs nvidiavws nvidiacloudgaming "
+        "quadrortx nvidiartx nvidia geforcertx titanrtx".split()
+    )
+)
 # Data-center GPUs: NVML reports Tesla for them before R460 (whose NVML added the NVIDIA brand) and NVIDIA since
 # (an H200 on 580.159.04, a Tesla T4 on 530.30.02). Only these get forward compatibility.
 DATA_CENTER_BRANDS = ("tesla", "nvidia")
+# One alternative of NVIDIA_REQUIRE_CUDA that admits one older driver branch for one brand, as NVIDIA's bases write
+# it: "brand=tesla,driver>=470,driver<471" gives ("tesla", "470").
+BRANCH_CLAUSE = re.compile(r"(?:^| )brand=([a-z]+),driver>=([0-9]+),driver<[0-9]+(?= |$)")
 
 # How an image runs on a GPU with a given driver.
 TOOLKIT_DRIVER = "toolkit driver"
@@ -245,7 +229,7 @@ class DriverRule:
             return ()
         branches = {
             int(branch)
-            for brand, branch in _BRANCH_CLAUSE.findall(self.require_cuda)
+            for brand, branch in BRANCH_CLAUSE.findall(self.require_cuda)
             if brand in DATA_CENTER_BRANDS and int(branch) < int(self.cuda_compat)
         }
         return tuple(str(branch) for branch in sorted(branches))
@@ -306,9 +290,6 @@ class DriverFit:
     path: str | None
     cause: str
     needs: str | None = None
-
-
-_BRANCH_CLAUSE = re.compile(r"(?:^| )brand=([a-z]+),driver>=([0-9]+),driver<[0-9]+(?= |$)")
 
 
 def jit_from(sass: Sequence[str], ptx: Sequence[str]) -> str | None:

@@ -73,15 +73,10 @@ def kernels_for(cell: Cell, arch: str) -> str | None:
     gpu = dl_stack.parse_arch(arch)
     if gpu is None:
         raise ValueError(f"{arch!r} is not a GPU architecture; parse_arch() makes one")
-    kernel = dl_stack.kernel_for_capability((gpu.major, gpu.minor), _arch_list(cell))
+    kernel = dl_stack.kernel_for_capability((gpu.major, gpu.minor), cell.arch_list)
     if kernel is None:
         return None
     return f"ptx {kernel} (JIT)" if kernel.startswith("compute_") else f"sass {kernel}"
-
-
-def _arch_list(cell: Cell) -> list[str]:
-    """The build's arch list as the framework reports it: the matrix's PTX targets sm_XY become compute_XY."""
-    return [*cell.arch_sass, *(f"compute_{arch.removeprefix('sm_')}" for arch in cell.arch_ptx)]
 
 
 def _capability(arch: str) -> str:
@@ -114,7 +109,7 @@ def verdict(cell: Cell, node: Node) -> Verdict:
         if kernels is None:
             dropped = architectures.dropped_by(gpu.arch, cell.cuda)
             reasons.append(
-                f"no kernels for {gpu.arch} ({label}) in this build: it has {', '.join(_arch_list(cell))}"
+                f"no kernels for {gpu.arch} ({label}) in this build: it has {', '.join(cell.arch_list)}"
                 + (f"; {dropped}" if dropped else "")
             )
             continue
@@ -134,7 +129,7 @@ def verdict(cell: Cell, node: Node) -> Verdict:
             )
     archs = [gpu.arch for gpu in node.gpus]
     notes += [f"{c.text} ({c.source})" for c in cell.caveats if driver is not None and c.concerns(driver, archs)]
-    if node.branch is not None and (branch := branches.find(node.branch)) is not None:
+    if node.branch is not None and (branch := branches.BY_NUMBER.get(node.branch)) is not None:
         notes.append(branches.judged_at(branch))
     if node.cpu not in (None, "amd64"):
         reasons.append(f"this node's CPU is {node.cpu} ({CPU_SOURCE}): the images are built for linux/amd64 only")
@@ -294,7 +289,7 @@ def admitted_branches(require_cuda: str) -> str:
     470 (tesla)"; a branch listed for every brand NVIDIA names reads "470 (any brand)".
     """
     branches: dict[int, list[str]] = {}
-    for brand, branch in re.findall(r"brand=([a-z]+),driver>=([0-9]+),driver<[0-9]+", require_cuda):
+    for brand, branch in compat.BRANCH_CLAUSE.findall(require_cuda):
         branches.setdefault(int(branch), []).append(brand)
     return ", ".join(
         f"{branch} ({'any brand' if _LISTED_BRANDS <= set(brands) else ', '.join(brands)})"
@@ -311,7 +306,8 @@ def report(cells: Iterable[Cell], node: Node) -> list[dict[str, object]]:
 
     The doctor's notes go under "run_notes" because the cell's own "notes" key is part of `as_json()`.
     """
-    old_engine = [ZSTD_NOTE.format(engine=node.engine)] if node.engine and _major(node.engine) < ZSTD_MIN_DOCKER else []
+    major = (dl_stack.parse_version(node.engine) or (0,))[0]
+    old_engine = [ZSTD_NOTE.format(engine=node.engine)] if node.engine and major < ZSTD_MIN_DOCKER else []
     rows: list[dict[str, object]] = []
     for cell in cells:
         judged = verdict(cell, node)
@@ -353,8 +349,3 @@ def condition(judged: Verdict) -> str:
         if any(reason.startswith(start) for reason in judged.reasons):
             return code
     return f"driver>={judged.needs_driver}" if judged.needs_driver else "other"
-
-
-def _major(version: str) -> int:
-    match = re.match(r"\d+", version)
-    return int(match.group()) if match else 0

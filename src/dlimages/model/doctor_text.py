@@ -6,6 +6,7 @@ in what they say.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from dlimages.model import toolkit
@@ -15,14 +16,11 @@ from dlimages.model.gpunode import Gpu, Node
 
 def describe_node(node: Node) -> str:
     """One line: where the facts come from, driver, GPUs (grouped, with archs and brands) and container runtime."""
-    counts: dict[Gpu, int] = {}
-    for gpu in node.gpus:
-        counts[gpu] = counts.get(gpu, 0) + 1
 
     def shown(gpu: Gpu) -> str:
         return f"{gpu.name} ({gpu.arch or 'arch unknown'}, {gpu.brand or 'brand unknown'})"
 
-    gpus = ", ".join(f"{n}x {shown(gpu)}" if n > 1 else shown(gpu) for gpu, n in counts.items())
+    gpus = ", ".join(f"{n}x {shown(gpu)}" if n > 1 else shown(gpu) for gpu, n in Counter(node.gpus).items())
     runtime = {True: "configured", False: "not configured", None: "not checked"}[node.container_runtime]
     driver = (node.driver or "none found") + (f" (R{node.branch}'s first release)" if node.branch else "")
     kit = (

@@ -92,13 +92,8 @@ def _kubernetes(items: Sequence[Any], where: str) -> Fleet:
     for number, item in enumerate(items, start=1):
         metadata = item.get("metadata", {}) if isinstance(item, Mapping) else None
         if not isinstance(metadata, Mapping) or not isinstance(metadata.get("labels") or {}, Mapping):
-            problems.append(
-                Problem(
-                    f"--nodes {where}: item {number}",
-                    "is not a node: metadata.labels must be an object of labels",
-                    NODES_ALLOWED,
-                )
-            )
+            said = "is not a node: metadata.labels must be an object of labels"
+            problems.append(Problem(f"--nodes {where}: item {number}", said, NODES_ALLOWED))
             continue
         name = str(metadata.get("name") or f"item {number}")
         labels = {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}

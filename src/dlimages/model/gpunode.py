@@ -11,11 +11,14 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from dlimages.core.errors import InputError, Problem
 from dlimages.model import architectures, branches, compat, gpumodels, toolkit
 from dlimages.model.requirecuda import driver_key
 from dlimages.payload import dl_stack
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ def parse_driver_or_branch(text: str) -> tuple[str, int | None]:
         if _DRIVER.fullmatch(cleaned):
             return cleaned, None
         raise InputError([Problem("--driver", f"{text!r} is not an NVIDIA driver version or branch", DRIVER_ALLOWED)])
-    branch = branches.find(int(form["number"]))
+    branch = branches.BY_NUMBER.get(int(form["number"]))
     if branch is None:
         said = f"{text!r} is a driver branch whose first release is not known here (model/branches)"
         raise InputError([Problem("--driver", said, DRIVER_ALLOWED)])
@@ -121,19 +124,9 @@ def node_from_flags(
     real node. `kit`, the container toolkit's version, replaces what the probe read.
     """
     problems: list[Problem] = []
-    brands: tuple[str, ...] = ()
-    given_kit: str | None = None
-    if brand is not None:
-        try:
-            brands = parse_brand(brand)
-        except InputError as error:
-            problems += error.problems
+    brands = _parsed(parse_brand, brand, problems) or ()
     no_kit = kit is not None and kit.strip().lower() == toolkit.NONE  # no container toolkit: no GPU container starts
-    if kit is not None and not no_kit:
-        try:
-            given_kit = toolkit.parse_toolkit(kit)
-        except InputError as error:
-            problems += error.problems
+    given_kit = _parsed(toolkit.parse_toolkit, None if no_kit else kit, problems)
     if gpu is None and driver is None:
         if problems:
             raise InputError(problems)
@@ -149,28 +142,17 @@ def node_from_flags(
     if gpu is None:
         problems.append(Problem("--gpu", "is needed with --driver: the node to judge has both", "e.g. sm_90 or 9.0"))
     else:
-        entries = [entry.strip() for entry in gpu.split(",")]
-        for index, entry in enumerate(entries):
+        for index, entry in enumerate(entry.strip() for entry in gpu.split(",")):
             model = gpumodels.find(entry)
             if model is not None:
                 gpus.append(Gpu(model.name, model.arch))
-                continue
-            try:
-                gpus.append(Gpu(f"GPU {index}", parse_arch(entry)))
-            except InputError as error:
-                problems += error.problems
-    parsed_driver: str | None = None
-    branch: int | None = None
+            elif (arch := _parsed(parse_arch, entry, problems)) is not None:
+                gpus.append(Gpu(f"GPU {index}", arch))
     if driver is None:
         problems.append(Problem("--driver", "is needed with --gpu: the node to judge has both", "e.g. 535.104.05"))
-    else:
-        try:
-            parsed_driver, branch = parse_driver_or_branch(driver)
-        except InputError as error:
-            problems += error.problems
+    parsed_driver, branch = _parsed(parse_driver_or_branch, driver, problems) or (None, None)
     hosts = {m.host_arch for m in map(gpumodels.find, (g.name for g in gpus)) if m is not None and m.host_arch}
-    runtime = False if no_kit else None
-    kit_given = toolkit.NONE if no_kit else given_kit
+    kit_given, runtime = (toolkit.NONE, False) if no_kit else (given_kit, None)
     node = Node(
         parsed_driver, tuple(gpus), runtime, "given", kit_given, cpu=next(iter(sorted(hosts)), None), branch=branch
     )
@@ -185,6 +167,17 @@ def node_from_flags(
     if impossible := impossibilities(node):
         raise ImpossibleNode(impossible)
     return node
+
+
+def _parsed(parse: Callable[[str], T], text: str | None, problems: list[Problem]) -> T | None:
+    """`parse(text)`, or None when no text is given or it is refused (its problems added to `problems`)."""
+    if text is None:
+        return None
+    try:
+        return parse(text)
+    except InputError as error:
+        problems += error.problems
+        return None
 
 
 class ImpossibleNode(InputError):

@@ -32,9 +32,9 @@ def _unwrap(annotation: Any) -> Any:
             annotation = get_args(annotation)[0]
         elif origin in (Union, UnionType):
             options = [a for a in get_args(annotation) if a is not type(None)]
-            annotation = options[0] if len(options) == 1 else annotation
             if len(options) != 1:
                 return annotation
+            annotation = options[0]
         else:
             return annotation
 
@@ -76,10 +76,9 @@ def problem_from_pydantic(error: Any, where_file: str, root: type[BaseModel]) ->
         return Problem(path, f"{error['input']!r} is not well formed", f"text matching {pattern}")
     if kind == "literal_error":
         return Problem(path, f"{error['input']!r} is not allowed", str(error["ctx"]["expected"]))
-    if kind == "string_type" and isinstance(error["input"], bool):
-        return Problem(path, f"expected text, got the boolean {error['input']!r}", "quote it")
-    if kind == "string_type" and isinstance(error["input"], (int, float)):
-        return Problem(path, f"expected text, got the number {error['input']!r}", "quote it")
+    if kind == "string_type" and isinstance(error["input"], (int, float)):  # a bool is an int too
+        what = "boolean" if isinstance(error["input"], bool) else "number"
+        return Problem(path, f"expected text, got the {what} {error['input']!r}", "quote it")
     if kind == "value_error":
         return Problem(path, str(error["msg"]).removeprefix("Value error, "))
     return Problem(path, f"{error['msg']} (got {error['input']!r})")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from dlimages.core.errors import InputError, Problem, allowed_list
 from dlimages.core.grammar import version_problem
@@ -52,9 +52,7 @@ class Selection:
 
     def matches(self, point: Candidate) -> bool:
         """Whether a valid cell's or an excluded combination's axis values are the ones asked for."""
-        return point.matches(
-            framework=self.framework, version=self.version, cuda=self.cuda, python=self.python, flavor=self.flavor
-        )
+        return point.matches(**asdict(self))
 
 
 def select(matrix: Matrix, expansion: Expansion, want: Selection, *, defaults: bool = True) -> list[Cell]:
@@ -138,23 +136,13 @@ def _impossible(matrix: Matrix, expansion: Expansion, want: Selection) -> Proble
     return Problem(flags_text(want), message)
 
 
-def nearest_cells(
-    cells: Sequence[Cell], want: Selection, preferred_python: dict[str, str] | None = None, limit: int = 3
-) -> list[Cell]:
-    """Valid cells differing from the request in the fewest given flags, then by version distance,
-    then preferring the image's default Python."""
-    preferred = preferred_python or {}
+def nearest_cells(cells: Sequence[Cell], want: Selection, preferred: dict[str, str]) -> list[Cell]:
+    """The three valid cells differing from the request in the fewest given flags, then by version distance,
+    then preferring the image's default Python (`preferred`: by framework), one per framework release and CUDA."""
 
     def distance(cell: Cell) -> tuple[int, float, bool]:
-        misses = sum(
-            1
-            for given, actual in (
-                (want.cuda, cell.cuda),
-                (want.python, cell.python),
-                (want.flavor, cell.flavor),
-            )
-            if given is not None and given != actual
-        )
+        axes = ((want.cuda, cell.cuda), (want.python, cell.python), (want.flavor, cell.flavor))
+        misses = sum(1 for given, actual in axes if given is not None and given != actual)
         if want.framework is not None and cell.framework != want.framework:
             misses += 10
         version_gap = 0.0
@@ -164,17 +152,10 @@ def nearest_cells(
             version_gap = abs((a[0] * 100 + (a[1] if len(a) > 1 else 0)) - (b[0] * 100 + (b[1] if len(b) > 1 else 0)))
         return misses, version_gap, cell.python != preferred.get(cell.framework)
 
-    ranked = sorted(cells, key=distance)
-    seen: set[str] = set()
-    result: list[Cell] = []
-    for cell in ranked:
-        key = f"{cell.framework}{cell.framework_version}{cell.cuda}"
-        if key not in seen:
-            seen.add(key)
-            result.append(cell)
-        if len(result) == limit:
-            break
-    return result
+    nearest: dict[str, Cell] = {}
+    for cell in sorted(cells, key=distance):
+        nearest.setdefault(f"{cell.framework}{cell.framework_version}{cell.cuda}", cell)
+    return list(nearest.values())[:3]
 
 
 def nearest_without(
@@ -221,15 +202,11 @@ def flags_for(cell: Cell) -> str:
 
 def flags_text(want: Selection) -> str:
     """A selection as the flags that asked for it, for error messages."""
-    parts = []
-    if want.cuda:
-        parts.append(f"--cuda {want.cuda}")
-    if want.version:
-        parts.append(f"--{FRAMEWORKS[want.framework].flag} {want.version}" if want.framework else want.version)
-    elif want.framework:
-        parts.append(f"--{FRAMEWORKS[want.framework].flag}")
-    if want.python:
-        parts.append(f"--python {want.python}")
-    if want.flavor:
-        parts.append(f"--flavor {want.flavor}")
-    return " ".join(parts) or "(no flags)"
+    framework = f"--{FRAMEWORKS[want.framework].flag}" if want.framework else ""
+    parts = (
+        f"--cuda {want.cuda}" if want.cuda else "",
+        f"{framework} {want.version}".strip() if want.version else framework,
+        f"--python {want.python}" if want.python else "",
+        f"--flavor {want.flavor}" if want.flavor else "",
+    )
+    return " ".join(part for part in parts if part) or "(no flags)"

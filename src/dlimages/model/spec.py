@@ -132,27 +132,20 @@ def cross_check(m: Matrix, f: str) -> list[Problem]:
                 )
             )
     for cuda, images in m.nvidia_cuda.toolkits.items():
+        at = f'{f}: nvidia_cuda.toolkits."{cuda}"'
         if cuda not in m.cuda:
-            problems.append(
-                Problem(f'{f}: nvidia_cuda.toolkits."{cuda}"', f"unknown CUDA version {cuda}", allowed_list(cudas))
-            )
+            problems.append(Problem(at, f"unknown CUDA version {cuda}", allowed_list(cudas)))
         # The doctor knows a driver's CUDA version only relative to this entry's own (see compat.DriverRule).
-        for condition in re.split(r"[ ,]", images.require_cuda or ""):
-            if condition.startswith("cuda") and condition != f"cuda>={cuda}":
-                problems.append(
-                    Problem(
-                        f'{f}: nvidia_cuda.toolkits."{cuda}".require_cuda',
-                        f"the condition {condition!r} is not about CUDA {cuda}",
-                        f"cuda>={cuda}",
-                    )
-                )
-        for i, os_name in enumerate(images.os):
-            if os_name not in m.os:
-                problems.append(
-                    Problem(
-                        f'{f}: nvidia_cuda.toolkits."{cuda}".os[{i}]', f"unknown OS {os_name!r}", allowed_list(oses)
-                    )
-                )
+        problems += [
+            Problem(f"{at}.require_cuda", f"the condition {condition!r} is not about CUDA {cuda}", f"cuda>={cuda}")
+            for condition in re.split(r"[ ,]", images.require_cuda or "")
+            if condition.startswith("cuda") and condition != f"cuda>={cuda}"
+        ]
+        problems += [
+            Problem(f"{at}.os[{i}]", f"unknown OS {os_name!r}", allowed_list(oses))
+            for i, os_name in enumerate(images.os)
+            if os_name not in m.os
+        ]
     releases = {(fw.package, version) for fw in m.frameworks.values() for version in fw.releases}
     for name, framework in m.frameworks.items():
         for version, release in framework.releases.items():

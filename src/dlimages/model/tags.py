@@ -134,10 +134,13 @@ def moving_tags(matrix: Matrix, points: Sequence[Candidate]) -> tuple[list[tuple
 
 
 class Tagged(Protocol):
-    """What the duplicate check reads of a cell."""
+    """What the duplicate check and the name check read of a cell."""
 
     @property
     def slug(self) -> str: ...
+
+    @property
+    def immutable_tag(self) -> str: ...
 
     @property
     def refs(self) -> tuple[str, ...]: ...
@@ -157,20 +160,11 @@ def duplicate_refs(cells: Iterable[Tagged]) -> list[Problem]:
     return problems
 
 
-class _Tagged(Protocol):
-    @property
-    def slug(self) -> str: ...
-    @property
-    def immutable_tag(self) -> str: ...
-    @property
-    def refs(self) -> tuple[str, ...]: ...
-
-
 CELL_LABEL, VERSION_LABEL = "io.dlimages.cell", "org.opencontainers.image.version"
 REVISION_LABEL = "org.opencontainers.image.revision"
 
 
-def name_problems(asked: str, labels: Mapping[str, str], cells: Iterable[_Tagged]) -> list[str]:
+def name_problems(asked: str, labels: Mapping[str, str], cells: Iterable[Tagged]) -> list[str]:
     """Why the image under `asked` (REPOSITORY:TAG, its registry already dropped; a registry's own path prefix is
     allowed, as a mirror adds one) is not what that name stands for: its labels (cell, version) must be those of
     the cell matrix.yaml gives the tag (an immutable tag, the release tag or an alias: a moving tag is checked
