@@ -140,11 +140,7 @@ def _entry_problems(where: str, key: str, value: object, *, duplicate: bool) -> 
     return []
 
 
-def _is_pulled(cell: Cell) -> bool:
-    # A base the matrix already gives with @digest is pinned without the lock.
-    return not cell.bootstrap_base and "@" not in cell.base_image
-
-
 def pulled_bases(cells: Iterable[Cell]) -> list[str]:
-    """The registry bases the cells start FROM, each once, sorted: not those made here (`bootstrap_base`)."""
-    return sorted({cell.base_image for cell in cells if _is_pulled(cell)})
+    """The registry bases the cells start FROM, each once, sorted: not those made here (`bootstrap_base`), nor those
+    the matrix already gives with @digest (pinned without the lock)."""
+    return sorted({cell.base_image for cell in cells if not cell.bootstrap_base and "@" not in cell.base_image})

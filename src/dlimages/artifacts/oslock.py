@@ -56,15 +56,10 @@ class Distro:
         if family == "debian":
             archives = {"debian": (codename, f"{codename}-updates"), "debian-security": (f"{codename}-security",)}
             return cls(os, family, codename, archives, ("main",), KEYRING, DEBIAN_PUBLIC)
-        return cls(
-            os,
-            family,
-            codename,
-            {"ubuntu": (codename, f"{codename}-updates", f"{codename}-security")},
-            ("main", "restricted", "universe", "multiverse"),
-            "/usr/share/keyrings/ubuntu-archive-keyring.gpg",  # Ubuntu's package ubuntu-keyring
-            {"ubuntu": "http://archive.ubuntu.com/ubuntu"},
-        )
+        archives = {"ubuntu": (codename, f"{codename}-updates", f"{codename}-security")}
+        components = ("main", "restricted", "universe", "multiverse")
+        keyring = "/usr/share/keyrings/ubuntu-archive-keyring.gpg"  # Ubuntu's package ubuntu-keyring
+        return cls(os, family, codename, archives, components, keyring, {"ubuntu": "http://archive.ubuntu.com/ubuntu"})
 
 
 def distro_of(lock: AptLock) -> Distro:
@@ -153,15 +148,8 @@ class AptLock:
                 values = entry.groupdict()
                 debs.append(Deb(**{**values, "size": int(values["size"])}))  # type: ignore[arg-type]
             elif line.strip() and not line.startswith("#"):
-                raise InputError(
-                    [
-                        Problem(
-                            f"{where}:{number}",
-                            f"not a lock line: {line[:80]!r}",
-                            "NAME=VERSION ARCHIVE PATH SIZE sha256:HEX",
-                        )
-                    ]
-                )
+                said = f"not a lock line: {line[:80]!r}"
+                raise InputError([Problem(f"{where}:{number}", said, "NAME=VERSION ARCHIVE PATH SIZE sha256:HEX")])
         missing = [key for key in ("Part", "Os", "Resolved", "Input") if key not in fields]
         if missing:  # no package is fine: a package set the base already holds
             what = f"no {', '.join(missing)} header"
@@ -228,7 +216,7 @@ def moved(before: AptLock | None, after: AptLock) -> list[str]:
     first lock, how many packages it holds)."""
     if before is None:
         return [f"{len(after.debs)} packages"]
-    old = {deb.name: deb.version for deb in before.debs} if before else {}
+    old = {deb.name: deb.version for deb in before.debs}
     new = {deb.name: deb.version for deb in after.debs}
     lines = [f"{n} {old[n]} -> {new[n]}" for n in sorted(old.keys() & new.keys()) if old[n] != new[n]]
     lines += [f"+{n} {new[n]}" for n in sorted(new.keys() - old.keys())]

@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dlimages.artifacts.layout import cell_dir
@@ -100,17 +100,8 @@ class LockInput:
         return "".join(f"{requirement}\n" for requirement in self.requirements)
 
     def digest(self) -> str:
-        fields = {
-            "format": FORMAT,
-            "requirements": list(self.requirements),
-            "roots": list(self.roots),
-            "python": self.python,
-            "platform": self.platform,
-            "extra_index_url": self.extra_index_url,
-            "find_links": self.find_links,
-            "source_builds": list(self.source_builds),
-        }
-        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+        """The canonical JSON of every field (tuples as lists) and FORMAT, hashed."""
+        canonical = json.dumps({"format": FORMAT, **asdict(self)}, sort_keys=True, separators=(",", ":")).encode()
         return f"sha256:{hashlib.sha256(canonical).hexdigest()}"
 
 

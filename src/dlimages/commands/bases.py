@@ -128,9 +128,8 @@ def bases_mirror(
     chosen = select(project.matrix, project.expansion, cells.selection(), defaults=False)
     extra = inimage.check_images(image or [])
     lock = baseslock.BaseLock.load(project.root / baseslock.LOCK_FILE)
-    basesource.mirror_copies(
-        chosen, to, lock, extra, local=lambda _: False
-    )  # every problem is exit 2 before the engine
+    # Every problem is exit 2 before the engine starts.
+    basesource.mirror_copies(chosen, to, lock, extra, local=lambda _: False)
     if not dry_run:
         engine(project.root, no_engine_setup, need=Need.DOCKER)
         make_local_bases(project, [cell.base_image for cell in chosen if cell.bootstrap_base])

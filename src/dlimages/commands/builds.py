@@ -4,10 +4,7 @@ repro (the proof that a build is reproducible)."""
 from __future__ import annotations
 
 import filecmp
-import os
 import shlex
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -35,6 +32,7 @@ from dlimages.commands.flags import ANY_CELL, REGISTRY, AptFrom, CellFlags, Help
 from dlimages.commands.session import Failed, engine, say
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
+from dlimages.core.files import write_atomic
 from dlimages.core.imagestore import CLASSIC, image_store
 from dlimages.core.runner import DEFAULT as RUNNER
 from dlimages.core.runner import run_folder
@@ -349,12 +347,6 @@ def stage_uv(root: Path) -> Path:
     atomically, so a build running beside this one never sees half a file."""
     source = Path(find_uv_bin())
     target = root / UV_CONTEXT / "uv"
-    if target.is_file() and filecmp.cmp(source, target, shallow=False):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".uv-", delete=False) as part:
-        with source.open("rb") as binary:
-            shutil.copyfileobj(binary, part)
-    os.chmod(part.name, 0o755)  # noqa: S103 - the build runs it as the image user, not as root
-    os.replace(part.name, target)
+    if not (target.is_file() and filecmp.cmp(source, target, shallow=False)):
+        write_atomic(target, source.read_bytes(), 0o755)  # the build runs it as the image user, not as root
     return target

@@ -173,18 +173,10 @@ def lock(
             f"digest recorded: `{usage.BASES_LOCK}`, then `{usage.LOCK} --upgrade-apt`, where its registry is "
             "reachable)."
         )
-    results = (
-        []
-        if upgrade_apt
-        else lock_files.lock_cells(
-            project.root,
-            chosen,
-            pip,
-            RUNNER,
-            upgrade=list(upgrade_package or []),
-            timeout=lock_files.timeout_from_flag(timeout),
-        )
-    )
+    results: list[lock_files.Resolution] = []
+    if not upgrade_apt:
+        upgrade, seconds = upgrade_package or (), lock_files.timeout_from_flag(timeout)
+        results = lock_files.lock_cells(project.root, chosen, pip, RUNNER, upgrade=upgrade, timeout=seconds)
     os_lines = _lock_os(project, upgrade=upgrade_apt)
     changed, _ = project.write_rendered()
     summary = "\n".join(os_lines) + "\n"

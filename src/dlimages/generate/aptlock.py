@@ -15,7 +15,7 @@ import tempfile
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dlimages.artifacts.oslock import (
@@ -165,14 +165,8 @@ def resolve(distro: Distro, packages: Sequence[str], urls: Mapping[str, str], ru
     if moved:
         raise ResolveError(f"the package set would replace packages of the base: {', '.join(moved)}")
     added = tuple(deb for deb in every if deb not in kept)
-    cell = AptLock(
-        f"what the apt step installs on the base: {' '.join(sorted(packages))} and what they need",
-        added,
-        cell_input(packages, base.digest(), distro.os),
-        resolved,
-        distro.header,
-        base.digest(),
-    )
+    part = f"what the apt step installs on the base: {' '.join(sorted(packages))} and what they need"
+    cell = AptLock(part, added, cell_input(packages, base.digest(), distro.os), resolved, distro.header, base.digest())
     return Resolved(base, cell)
 
 
@@ -205,10 +199,7 @@ def lock_os(
     lines = [f"{path}: {'unchanged' if base is before else 'written'}", *(f"  {m}" for m in moved(before, base))]
     write(base_path, base)
     # The time of this resolution: a snapshot archive is asked for the cell's packages at it.
-    cell = fresh.cell
-    want = AptLock(
-        cell.part, cell.debs, cell_input(packages, base.digest(), distro.os), cell.resolved, cell.os, base.digest()
-    )
+    want = replace(fresh.cell, input=cell_input(packages, base.digest(), distro.os), base=base.digest())
     shown = False
     for folder in cells:
         old = read(folder / APT_LOCK)

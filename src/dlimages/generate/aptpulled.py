@@ -17,9 +17,7 @@ from dlimages.generate.aptlock import ResolveError, resolve_on
 from dlimages.model.cells import Cell
 
 
-def _pulled(
-    root: Path, cells: Iterable[Cell], recorded: BaseLock
-) -> tuple[dict[tuple[str, str], list[Cell]], set[str]]:
+def _pulled(cells: Iterable[Cell], recorded: BaseLock) -> tuple[dict[tuple[str, str], list[Cell]], set[str]]:
     """The cells on pulled bases, grouped by (OS, base by digest), and the bases without a recorded digest: a lock
     on top of a base means something only for that very base."""
     groups: dict[tuple[str, str], list[Cell]] = {}
@@ -41,7 +39,7 @@ def lock_pulled(
     """Resolve and write the apt.lock of the cells on pulled bases recorded by digest, from their distribution's
     archive, on the packages the base has installed (its /var/lib/dpkg/status, read with `docker run`): when one
     is missing or stale, or with `upgrade`. A base that cannot be read or resolved is said, the others go on."""
-    groups, unpinned = _pulled(root, cells, recorded)
+    groups, unpinned = _pulled(cells, recorded)
     lines = [f"apt not locked on {len(unpinned)} pulled bases with no digest recorded (`{usage.BASES_LOCK}` first)"]
     lines = lines if unpinned else []
     for (os, ref), members in groups.items():
@@ -69,16 +67,13 @@ def lock_pulled(
 
 def pulled_problems(root: Path, cells: Iterable[Cell], packages: Sequence[str], recorded: BaseLock) -> list[Problem]:
     """`lock --check` on the cells on pulled bases: a recorded base whose cells' apt.lock is missing or stale."""
-    groups, _ = _pulled(root, cells, recorded)
+    groups, _ = _pulled(cells, recorded)
     problems = []
     for (os, ref), members in groups.items():
         for cell in members:
             path = cell_dir(root, cell) / APT_LOCK
             why = stale(root, path, packages, (os, ref))
             if why:
-                problems.append(
-                    Problem(
-                        str(path.relative_to(root)), f"the OS package lock is {why}; run `{usage.LOCK} --upgrade-apt`"
-                    )
-                )
+                said = f"the OS package lock is {why}; run `{usage.LOCK} --upgrade-apt`"
+                problems.append(Problem(str(path.relative_to(root)), said))
     return problems

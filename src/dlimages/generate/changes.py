@@ -25,10 +25,9 @@ REVISION_ALLOWED = "a commit SHA or a branch, e.g. 1a2b3c4 or origin/main (empty
 
 @dataclass(frozen=True)
 class Changed:
-    """The cells to build and why: `since` is the commit compared with, None when every cell is built."""
+    """The cells to build and why (the commit compared with, or why every cell)."""
 
     cells: tuple[Cell, ...]
-    since: str | None
     reason: str
 
     def note(self, total: int) -> str:
@@ -57,14 +56,14 @@ def changed_since(root: Path, cells: Sequence[Cell], since: str, runner: Runner)
     `since` is empty or git cannot tell."""
     check_revision(since)
     if not since:
-        return Changed(tuple(cells), None, "every cell (no commit to compare with)")
+        return Changed(tuple(cells), "every cell (no commit to compare with)")
     git = ["git", "-C", str(root)]
     commit = runner([*git, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{since}^{{commit}}"])
     if not commit.ok or not commit.out.strip():
-        return Changed(tuple(cells), None, f"every cell ({since} is not a commit this clone has)")
+        return Changed(tuple(cells), f"every cell ({since} is not a commit this clone has)")
     sha = commit.out.strip()
     diff = runner([*git, "diff", "--name-only", "--no-renames", "-z", f"{sha}...HEAD", "--"])
     if not diff.ok:
-        return Changed(tuple(cells), None, f"every cell (git cannot compare {sha[:12]} with HEAD: {diff.last_line})")
+        return Changed(tuple(cells), f"every cell (git cannot compare {sha[:12]} with HEAD: {diff.last_line})")
     paths = [path for path in diff.out.split("\0") if path]
-    return Changed(touched(cells, paths), sha, f"inputs changed since {sha[:12]}")
+    return Changed(touched(cells, paths), f"inputs changed since {sha[:12]}")

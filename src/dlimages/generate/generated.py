@@ -3,17 +3,17 @@ docsblocks): each one whole, all or none of them, and each checked against a fre
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from dlimages.artifacts.layout import IMAGES_DIR
 from dlimages.core.errors import InputError, Problem
-from dlimages.core.files import stage
+from dlimages.core.files import REGULAR, stage
 
 STAGED = ".render.tmp"  # a file render wrote beside its target, not yet renamed over it; only render makes these
 EXECUTABLE = 0o755
-REGULAR = 0o644
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,8 @@ def remove_staged(root: Path, files: list[GeneratedFile]) -> None:
         if folder.is_dir():
             leftovers.update(folder.glob(pattern))
     for path in leftovers:
-        try:
+        with contextlib.suppress(OSError):
             path.unlink()
-        except OSError:
-            pass
 
 
 def replace(root: Path, files: list[GeneratedFile], *, where: str = "") -> list[str]:
@@ -100,15 +98,11 @@ def _undo(
         except OSError:
             restored = False
     for new, _ in staged:
-        try:
+        with contextlib.suppress(OSError):  # a leftover the next render removes
             new.unlink(missing_ok=True)
-        except OSError:
-            pass  # a leftover the next render removes
     for folder in reversed(made):
-        try:
+        with contextlib.suppress(OSError):  # not empty: something else is in it now
             folder.rmdir()
-        except OSError:
-            pass  # not empty: something else is in it now
     return restored
 
 

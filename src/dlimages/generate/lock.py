@@ -13,9 +13,8 @@ from pathlib import Path
 
 from dlimages.artifacts.layout import cell_dir
 from dlimages.artifacts.pythonlock import (
-    FRAMEWORK_LOCK,
     LOCK,
-    PIP_LOCK,
+    LOCK_FILES,
     LockInput,
     lock_files,
     lock_input,
@@ -124,7 +123,7 @@ def _failure(done: Result, lock: LockInput, timeout: float) -> str:
 def write_lock(root: Path, resolution: Resolution) -> None:
     """The lock's files, each atomically; pip.lock last, so an interrupted write reads as stale or broken."""
     folder = cell_dir(root, resolution.cell)
-    for name in (LOCK, FRAMEWORK_LOCK, PIP_LOCK):
+    for name in LOCK_FILES:  # pip.lock last
         write_atomic(folder / name, resolution.files[name])
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import itertools
 import shlex
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import jinja2
@@ -34,6 +35,7 @@ REASON_CODES: Mapping[str, str] = {
     "cudnn": "the nvidia/cuda base carries an older cuDNN than the release needs",
 }
 UNKNOWN_CODE = "see `invoke matrix --explain`"
+SOURCE_TEXT = {"wheel": "the framework's wheels", "base": "the `nvidia/cuda` base"}  # by Cell.cuda_source
 MINOR_VERSION_DOC = "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html"
 
 
@@ -76,8 +78,8 @@ EXAMPLE_NODES = (
 class _Point:
     """Everything the expansion says about one (framework, version, CUDA, Python): its cells and exclusions."""
 
-    cells: tuple[Cell, ...]
-    excluded: tuple[Exclusion, ...]
+    cells: list[Cell] = field(default_factory=list)
+    excluded: list[Exclusion] = field(default_factory=list)
 
     @property
     def codes(self) -> tuple[str, ...]:
@@ -88,30 +90,21 @@ class _Point:
         return tuple(sorted(common or set().union(*rules)))
 
 
-def _points(expansion: Expansion) -> Callable[[str, str, str, str], _Point]:
-    cells: dict[tuple[str, str, str, str], list[Cell]] = {}
-    excluded: dict[tuple[str, str, str, str], list[Exclusion]] = {}
+def _points(expansion: Expansion) -> defaultdict[tuple[str, str, str, str], _Point]:
+    """The _Point of each (framework, version, CUDA, Python); an empty one where the expansion says nothing."""
+    points: defaultdict[tuple[str, str, str, str], _Point] = defaultdict(_Point)
     for cell in expansion.cells:
-        cells.setdefault((cell.framework, cell.framework_version, cell.cuda, cell.python), []).append(cell)
+        points[cell.framework, cell.framework_version, cell.cuda, cell.python].cells.append(cell)
     for exclusion in expansion.excluded:
         c = exclusion.candidate
-        excluded.setdefault((c.framework, c.version, c.cuda, c.python), []).append(exclusion)
-
-    def point(framework: str, version: str, cuda: str, python: str) -> _Point:
-        key = (framework, version, cuda, python)
-        return _Point(tuple(cells.get(key, ())), tuple(excluded.get(key, ())))
-
-    return point
+        points[c.framework, c.version, c.cuda, c.python].excluded.append(exclusion)
+    return points
 
 
 def _built_for(matrix: Matrix, framework: str, cuda: str) -> list[str]:
     """The framework's releases published for this CUDA (whatever the rules then say about Python and flavor)."""
     releases = matrix.frameworks[framework].releases
     return [v for v in sorted(releases, key=version_key) if cuda in releases[v].variants]
-
-
-def _title(framework: str) -> str:
-    return FRAMEWORKS[framework].title
 
 
 def _flavors(cells: Iterable[Cell], matrix: Matrix) -> str:
@@ -126,14 +119,12 @@ def _link(url: str, label: str) -> str:
 def _versions_of(cells: Sequence[Cell], *, cuda: bool = True) -> str:
     """PyTorch 2.1.2, 2.2.2 + CUDA 12.1; TensorFlow 2.14.1 + CUDA 11.8: releases grouped by framework and CUDA
     (without "+ CUDA X" when `cuda` is False, for cells of one CUDA)."""
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[tuple[str, str], set[str]] = {}
     for cell in cells:
-        versions = groups.setdefault((cell.framework, cell.cuda), [])
-        if cell.framework_version not in versions:
-            versions.append(cell.framework_version)
+        groups.setdefault((FRAMEWORKS[cell.framework].title, cell.cuda), set()).add(cell.framework_version)
     return "; ".join(
-        f"{_title(framework)} {', '.join(sorted(versions, key=version_key))}" + (f" + CUDA {on}" if cuda else "")
-        for (framework, on), versions in groups.items()
+        f"{title} {', '.join(sorted(versions, key=version_key))}" + (f" + CUDA {on}" if cuda else "")
+        for (title, on), versions in groups.items()
     )
 
 
@@ -150,11 +141,9 @@ def _cuda_libraries(cell: Cell) -> str:
 
 
 def _lock_text(cells: Sequence[Cell], locks: Mapping[str, str], matrix: Matrix) -> str:
-    by_status: dict[str, list[str]] = {}
+    by_status: dict[str, set[str]] = {}
     for cell in cells:
-        pythons = by_status.setdefault(locks.get(cell.slug, "unlocked"), [])
-        if cell.python not in pythons:
-            pythons.append(cell.python)
+        by_status.setdefault(locks.get(cell.slug, "unlocked"), set()).add(cell.python)
     if len(by_status) == 1:
         return next(iter(by_status))
     order = matrix.axes.python
@@ -173,7 +162,7 @@ def matrix_table(env: jinja2.Environment, matrix: Matrix, expansion: Expansion, 
         for cuda in matrix.axes.cuda:
             merged: list[tuple[list[str], Row]] = []
             for version in _built_for(matrix, framework, cuda):
-                points = [point(framework, version, cuda, python) for python in pythons]
+                points = [point[framework, version, cuda, python] for python in pythons]
                 cells = [cell for p in points for cell in p.cells]
                 entries = [
                     _flavors(p.cells, matrix) if p.cells else "✗ " + ", ".join(f"`{code}`" for code in p.codes)
@@ -188,11 +177,11 @@ def matrix_table(env: jinja2.Environment, matrix: Matrix, expansion: Expansion, 
                     merged[-1][0].append(version)  # the same row but for the version: one row, several versions
                 else:
                     merged.append(([version], key))
-            rows += [(f"{_title(framework)} {', '.join(versions)}", cuda, *key) for versions, key in merged]
+            rows += [(f"{FRAMEWORKS[framework].title} {', '.join(versions)}", cuda, *key) for versions, key in merged]
     wheel_bases = {c.python: c.base_image for c in expansion.cells if c.cuda_source == "wheel"}
     return env.get_template("docs/matrix.md.j2").render(
         cells=len(expansion.cells),
-        counts=[(_title(f), sum(1 for c in expansion.cells if c.framework == f)) for f in matrix.frameworks],
+        counts=[(FRAMEWORKS[f].title, sum(1 for c in expansion.cells if c.framework == f)) for f in matrix.frameworks],
         combinations=len(expansion.cells) + len(expansion.excluded),
         locked=sum(1 for cell in expansion.cells if locks.get(cell.slug) == "locked"),
         wheel_bases=[(python, wheel_bases[python]) for python in pythons if python in wheel_bases],
@@ -223,7 +212,7 @@ def _exclusions(matrix: Matrix, expansion: Expansion) -> list[Row]:
         cited = ", ".join(_link(url, "source") for url in dict.fromkeys(r.source for r in reasons))
         where = "; ".join(_describe(matrix, [e.candidate for e in exclusions]))
         text = f"{_merged_texts([r.text for r in reasons])} ({cited})"
-        rows.append((f"{_title(framework)} {version}", where, f"`{rule}`", text))
+        rows.append((f"{FRAMEWORKS[framework].title} {version}", where, f"`{rule}`", text))
     return rows
 
 
@@ -283,12 +272,9 @@ def driver_tables(env: jinja2.Environment, matrix: Matrix, expansion: Expansion)
         if not bases:
             forward += " (no image here is on `nvidia/cuda`)"
         images = "; ".join(
-            part
-            for part in (
-                f"wheels: {_versions_of(wheels, cuda=False)}" if wheels else "",
-                f"`nvidia/cuda`: {_versions_of(bases, cuda=False)}" if bases else "",
-            )
-            if part
+            f"{label}: {_versions_of(group, cuda=False)}"
+            for label, group in (("wheels", wheels), ("`nvidia/cuda`", bases))
+            if group
         )
         sources = [_link(toolkit.source, "release notes")]
         if toolkit.compat_driver != toolkit.min_driver:
@@ -301,16 +287,12 @@ def driver_tables(env: jinja2.Environment, matrix: Matrix, expansion: Expansion)
     for cell in expansion.cells:
         groups.setdefault((cell.driver, cell.cuda_source), []).append(cell)
     rules = [
-        (_versions_of(cells), _source_text(source), _require_text(matrix, rule, source), _runs_on(rule))
+        (_versions_of(cells), SOURCE_TEXT[source], _require_text(matrix, rule, source), _runs_on(rule))
         for (rule, source), cells in sorted(
             groups.items(), key=lambda item: (matrix.axes.cuda.index(item[0][0].cuda), item[0][1] != "wheel")
         )
     ]
     return env.get_template("docs/drivers.md.j2").render(floors=floors, rules=rules)
-
-
-def _source_text(source: str) -> str:
-    return "the framework's wheels" if source == "wheel" else "the `nvidia/cuda` base"
 
 
 def _require_text(matrix: Matrix, rule: DriverRule, source: str) -> str:
@@ -345,13 +327,12 @@ def example_nodes(env: jinja2.Environment, expansion: Expansion) -> str:
     for example in EXAMPLE_NODES:
         node = gpunode.node_from_flags(example.gpu, example.driver, _no_probe, example.brand)
         arch = node.gpus[0].arch or example.gpu
-        runs: dict[str, int] = {}
+        runs: Counter[str] = Counter()
         causes: dict[str, list[Cell]] = {}
         for cell in expansion.cells:
             verdict = doctor.verdict(cell, node)
             if verdict.runs:
-                path = verdict.runs_through or "?"
-                runs[path] = runs.get(path, 0) + 1
+                runs[verdict.runs_through or "?"] += 1
             elif doctor.kernels_for(cell, arch) is None:
                 causes.setdefault(f"no kernels for {arch}", []).append(cell)
             elif verdict.needs_driver:

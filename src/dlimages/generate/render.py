@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from importlib import resources
@@ -110,11 +111,8 @@ def render_cell(
         framework_license=matrix.frameworks[cell.framework].license,
     )
     # Blank-line runs come from template control flow, not meaning: collapse them for stable output.
-    lines: list[str] = []
-    for line in text.splitlines():
-        if line.strip() or (lines and lines[-1].strip()):
-            lines.append(line.rstrip())
-    return "\n".join(lines).rstrip() + "\n"
+    lines = "\n".join(line.rstrip() for line in text.splitlines())
+    return re.sub(r"\n{3,}", "\n\n", lines).strip("\n") + "\n"
 
 
 def render_tree(root: Path, matrix: Matrix, expansion: Expansion) -> list[GeneratedFile]:
