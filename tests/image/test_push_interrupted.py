@@ -6,7 +6,9 @@ signed tag. And `invoke verify` against a registry that stops answering gives up
 hour; an image it refuses does not stay pulled under the name; a reading container a killed process left is removed
 (issue 32, findings 4, 6 and 9).
 
-The image is the offline base with 96 MB of fresh random bytes, so each stage lasts long enough to be stopped in.
+Each stop pushes an image of its own (the offline base with 96 MB of fresh random bytes) to a repository of its
+own, so each stage lasts long enough to be stopped in: blobs an earlier push left in the registry would make skopeo's
+upload a blink, and a test stopping "skopeo" would stop the tagging instead.
 """
 
 from __future__ import annotations
@@ -63,21 +65,27 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     started = RUNNER([str(REGISTRY_SH), "start", name, str(port)], env=env)
     if not started.ok:
         pytest.fail(f"registry.sh start {name} failed:\n{started.out}{started.err}", pytrace=False)
-    (folder / "Dockerfile").write_text(
-        f"FROM {BASE}\nLABEL io.dlimages.cell=stopped org.opencontainers.image.version=v1-stopped\n"
-        f"RUN head -c 96000000 /dev/urandom > /noise && echo {os.urandom(8).hex()} > /marker\n"
-    )
-    docker("buildx", "build", "--load", "--provenance=false", "--tag", REF, str(folder))
+    build_noise(REF, folder)
     yield {"registry": f"127.0.0.1:{port}", "key": str(folder / "cosign.key"), "folder": str(folder)}
     listed = RUNNER.docker("image", "ls", "--format", "{{.Repository}} {{.ID}}").out.split("\n")
-    ids = {line.split()[1] for line in listed if line.split() and line.split()[0].endswith(NAME)}
+    ids = {line.split()[1] for line in listed if line.split() and NAME in line.split()[0]}
     for image_id in sorted(ids):
         RUNNER.docker("image", "rm", "--force", image_id)
     RUNNER([str(REGISTRY_SH), "stop", name], env=env)
 
 
-def start_push(setup: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "push", "--image", REF,
+def build_noise(ref: str, folder: Path) -> None:
+    """`ref`: the base with 96 MB of random bytes no other image has."""
+    folder.mkdir(exist_ok=True)
+    (folder / "Dockerfile").write_text(
+        f"FROM {BASE}\nLABEL io.dlimages.cell=stopped org.opencontainers.image.version=v1-stopped\n"
+        f"RUN head -c 96000000 /dev/urandom > /noise && echo {os.urandom(8).hex()} > /marker\n"
+    )
+    docker("buildx", "build", "--load", "--provenance=false", "--tag", ref, str(folder))
+
+
+def start_push(setup: dict[str, str], out: Path, ref: str = REF) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "push", "--image", ref,
             "--registry", setup["registry"], "--compression", "zstd", "--sign-key", setup["key"],
             "--report", str(out.with_suffix(".report.json")), "--no-engine-setup"]  # fmt: skip
     env = {**os.environ, "COSIGN_PASSWORD": PASSWORD, "PYTHONUNBUFFERED": "1"}
@@ -89,23 +97,33 @@ def start_push(setup: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
 
 def descendants(pid: int) -> dict[int, str]:
     """Every process under `pid`, by its program's name."""
+    return {child: name for child, (name, _) in _tree(pid).items()}
+
+
+def uploading(pid: int) -> bool:
+    """Whether skopeo copies the push's layout (not the tagging copy, registry to registry, after signing)."""
+    return any(name == "skopeo" and any(a.startswith("oci:") for a in argv) for name, argv in _tree(pid).values())
+
+
+def _tree(pid: int) -> dict[int, tuple[str, list[str]]]:
     children: dict[int, list[int]] = {}
-    names = {}
+    found: dict[int, tuple[str, list[str]]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            names[int(entry.name)] = (entry / "comm").read_text().strip()
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            found[int(entry.name)] = ((entry / "comm").read_text().strip(), argv)
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = {}, [pid]
+    under, todo = {}, [pid]
     while todo:
         for child in children.get(todo.pop(), []):
-            found[child] = names.get(child, "?")
+            under[child] = found.get(child, ("?", []))
             todo.append(child)
-    return found
+    return under
 
 
 def alive(pid: int) -> bool:
@@ -124,8 +142,8 @@ def wait_for(push: subprocess.Popen[bytes], out: Path, ready: Callable[[], bool]
         time.sleep(0.02)
 
 
-def in_the_registry(setup: dict[str, str]) -> bool:
-    done = RUNNER(["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{setup['registry']}/{REF}"])
+def in_the_registry(setup: dict[str, str], ref: str = REF) -> bool:
+    done = RUNNER(["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{setup['registry']}/{ref}"])
     return done.ok
 
 
@@ -156,11 +174,15 @@ def registry_tags() -> list[str]:
 def test_a_signed_zstd_push_stopped_anywhere_leaves_nothing_and_no_unsigned_tag(
     setup: dict[str, str], tmp_path: Path, where: str, how: str
 ) -> None:
+    ref = f"{NAME}-{where}-{how.lower()}:v1-stopped"  # its own blobs: an upload that lasts (the module's docstring)
+    build_noise(ref, tmp_path / "image")
     out = tmp_path / "push.log"
-    push = start_push(setup, out)
+    push = start_push(setup, out, ref)
     if where == "compressing":
         wait_for(push, out, lambda: b"compressing" in out.read_bytes())
         time.sleep(0.3)
+    elif where == "skopeo":
+        wait_for(push, out, lambda: uploading(push.pid))
     else:
         wait_for(push, out, lambda: where in descendants(push.pid).values())
     under, held = descendants(push.pid), scratch_of(push.pid)
@@ -175,7 +197,7 @@ def test_a_signed_zstd_push_stopped_anywhere_leaves_nothing_and_no_unsigned_tag(
     assert left == [], f"processes outlived the push: {left}\n{said}"
     assert "Traceback" not in said, said
     assert registry_tags() == [], said
-    assert not in_the_registry(setup), f"{REF} was published before it was signed:\n{said}"
+    assert not in_the_registry(setup, ref), f"{ref} was published before it was signed:\n{said}"
     made = held & scratch_folders()  # its own: other pushes may run beside it
     assert len(held) == (0 if where == "cosign" else 1), held  # signing starts once the scratch folder is gone
     if how == "SIGINT":
@@ -186,20 +208,20 @@ def test_a_signed_zstd_push_stopped_anywhere_leaves_nothing_and_no_unsigned_tag(
         assert made == held
         for name in made:  # as if a minute had passed: a younger folder may be a push that has not locked it yet
             os.utime(REPO / ".work" / name, (time.time() - 3600, time.time() - 3600))
-        again = start_push(setup, tmp_path / "again.log")
+        again = start_push(setup, tmp_path / "again.log", ref)
         assert again.wait(timeout=600) == 0, (tmp_path / "again.log").read_text()
         after = (tmp_path / "again.log").read_text()
         # Gone: swept by this push (it says so), or by another test's push that started first (tests run beside it).
         assert not made & scratch_folders(), after
-        assert in_the_registry(setup)
+        assert in_the_registry(setup, ref)
         verified = subprocess.run(
             [sys.executable, "-m", "invoke", "--search-root", str(REPO), "verify", "--image",
-             f"{setup['registry']}/{REF}", "--key", setup["key"].replace(".key", ".pub"), "--no-engine-setup"],
+             f"{setup['registry']}/{ref}", "--key", setup["key"].replace(".key", ".pub"), "--no-engine-setup"],
             capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
         assert verified.returncode == 0, verified.stdout + verified.stderr
-        docker("image", "rm", f"{setup['registry']}/{REF}")  # verify's pull: a tag, but not the push's
-        RUNNER(["skopeo", "delete", "--tls-verify=false", f"docker://{setup['registry']}/{REF}"])
+        docker("image", "rm", f"{setup['registry']}/{ref}")  # verify's pull: a tag, but not the push's
+    docker("image", "rm", ref)
 
 
 class _Silent(http.server.BaseHTTPRequestHandler):
