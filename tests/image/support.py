@@ -11,6 +11,7 @@ import socket
 
 import pytest
 
+from dlimages.core.engines import Need
 from dlimages.core.runner import DEFAULT as RUNNER
 
 NO_DOCKER_ENV = "DLIMAGES_NO_DOCKER"
@@ -20,7 +21,8 @@ def require_engine(*, buildx: bool = True) -> None:
     """Skip under DLIMAGES_NO_DOCKER=1; fail, saying what is wrong, when no engine (or no buildx) answers."""
     if os.environ.get(NO_DOCKER_ENV) == "1":
         pytest.skip(f"{NO_DOCKER_ENV}=1: no Docker engine on this host")
-    problem = RUNNER.engine_problem(buildx=buildx)
+    found = RUNNER.engine()
+    problem = found if isinstance(found, str) else found.refusal(Need.BUILDKIT if buildx else Need.DOCKER)
     if problem:
         pytest.fail(f"{problem}; or set {NO_DOCKER_ENV}=1 to skip the image tests", pytrace=False)
 

@@ -10,8 +10,6 @@ never pulled, never locked.
 from __future__ import annotations
 
 import json
-import os
-import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +18,7 @@ from types import MappingProxyType
 from dlimages.artifacts.layout import BASES_LOCK
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
-from dlimages.core.files import write_atomic
+from dlimages.core.files import read_regular, write_atomic
 from dlimages.core.references import DIGEST, TAG_ALLOWED, quoted, tag_problem
 from dlimages.model.cells import Cell
 
@@ -102,21 +100,11 @@ class _Pairs(list[tuple[str, object]]):
 def _read_text(path: Path) -> str | None:
     """The UTF-8 text of a regular file of at most MAX_LOCK_BYTES, or None when there is no file."""
     try:
-        # Non-blocking open and a regular-file check: a FIFO or a link to /dev/zero must not hang or fill memory.
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        raw = read_regular(path, MAX_LOCK_BYTES)
     except FileNotFoundError:
         return None
     except OSError as error:
         raise InputError([Problem(str(path), f"cannot read: {error.strerror}")]) from None
-    try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise InputError([Problem(str(path), "cannot read: not a regular file")])
-        with open(descriptor, "rb", closefd=False) as file:
-            raw = file.read(MAX_LOCK_BYTES + 1)
-    except OSError as error:
-        raise InputError([Problem(str(path), f"cannot read: {error.strerror}")]) from None
-    finally:
-        os.close(descriptor)
     if len(raw) > MAX_LOCK_BYTES:
         raise InputError([Problem(str(path), f"is larger than {MAX_LOCK_BYTES} bytes: not a bases lock")])
     try:
@@ -132,8 +120,7 @@ def _entry_problems(where: str, key: str, value: object, *, duplicate: bool) -> 
         return [Problem(shown, "appears more than once", "each key once")]
     if key == COMMENT_KEY:
         return [] if isinstance(value, str) else [Problem(shown, "is not a string", "a text comment")]
-    problem = tag_problem(key)
-    if problem is not None:
+    if (problem := tag_problem(key)) is not None:
         return [Problem(shown, problem, KEY_ALLOWED)]
     if not (isinstance(value, str) and DIGEST.fullmatch(value)):
         return [Problem(shown, f"has the value {quoted(value)}, not a digest", DIGEST_ALLOWED)]

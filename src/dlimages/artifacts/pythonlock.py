@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from packaging.utils import canonicalize_name as normalize  # PEP 503: Typing_Extensions is typing-extensions
+
 from dlimages.artifacts.layout import cell_dir
 from dlimages.core import usage
 from dlimages.core.errors import Problem
@@ -67,11 +69,6 @@ COMPILE = "env PYTHONHASHSEED=0 /opt/venv/bin/python /mnt/dl-compile"
 
 _DIGEST_LINE = re.compile(r"^# Input: (sha256:[0-9a-f]{64})$", re.MULTILINE)
 _PIN_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?: \\)?$")
-
-
-def normalize(name: str) -> str:
-    """PEP 503 name normalisation: `Typing_Extensions` and `typing-extensions` are one package."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def requirement_name(requirement: str) -> str:
@@ -167,7 +164,8 @@ def closure(pins: Sequence[Pin], roots: Iterable[str]) -> set[str]:
     for pin in pins:
         for parent in pin.parents:
             children.setdefault(parent, set()).add(pin.name)
-    wanted, todo = set(), [normalize(root) for root in roots]
+    wanted: set[str] = set()
+    todo: list[str] = [normalize(root) for root in roots]
     while todo:
         name = todo.pop()
         if name not in wanted:

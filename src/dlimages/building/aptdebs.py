@@ -85,10 +85,15 @@ class Origin:
 
 @dataclass(frozen=True)
 class AptDebsSource:
-    """A lock and where its files come from."""
+    """A lock and where its files come from: the OS packages a build installs, or `invoke apt-repo` copies."""
 
     lock: AptLock
     origin: Origin
+
+    @property
+    def folder(self) -> Path:
+        """The flat repository (relative to the repository root) flat_repo gathers the files in."""
+        return repo_folder(self.lock, self.origin)
 
 
 def origin(value: str | None, resolved: str, mirrors: Mapping[str, str | None] | None, distro: Distro) -> Origin:
@@ -324,9 +329,8 @@ def flat_repo(lock: AptLock, source: Origin, root: Path, runner: Runner) -> Path
     if (folder / "Packages").is_file():
         return folder
     cache = fetch(lock.debs, source, root)
-    staging = Path(
-        tempfile.mkdtemp(dir=folder.parent if folder.parent.is_dir() else _made(folder.parent), prefix=".staging-")
-    )
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".staging-"))
     try:
         staging.chmod(0o755)
         for deb in lock.debs:
@@ -341,11 +345,6 @@ def flat_repo(lock: AptLock, source: Origin, root: Path, runner: Runner) -> Path
 def repo_folder(lock: AptLock, source: Origin) -> Path:
     """Where flat_repo gathers `lock`'s files from `source`, relative to the repository root."""
     return REPOS / f"{lock.digest().removeprefix('sha256:')[:16]}-{source.key}"
-
-
-def _made(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def _index(folder: Path, runner: Runner, codename: str | None) -> None:

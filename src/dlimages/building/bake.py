@@ -71,8 +71,7 @@ def target(plan: BuildPlan, *, tags: bool = True) -> Target:
     argv = list(plan.build)
     if argv[: len(_PREFIX)] != list(_PREFIX):
         raise ValueError(f"not a buildx build command: {argv[:3]}")
-    words = argv[len(_PREFIX) :]
-    *flags, context = words
+    *flags, context = argv[len(_PREFIX) :]
     values: dict[str, list[str]] = {flag: [] for flag in _VALUE_FLAGS}
     attest: list[str] = []
     output: list[str] = []
@@ -157,11 +156,9 @@ EXPORTS_CACHE_ONLY_INLINE = ("docker",)
 
 def cache_problems(flag: str, value: str | None) -> list[Problem]:
     """What is wrong with a --cache-from/--cache-to value (nothing when none was given)."""
-    if value is None:
+    if value is None or _CACHE_SPEC.fullmatch(value):
         return []
-    if not _CACHE_SPEC.fullmatch(value):
-        return [Problem(flag, f"{value!r} is not a cache spec", CACHE_ALLOWED)]
-    return []
+    return [Problem(flag, f"{value!r} is not a cache spec", CACHE_ALLOWED)]
 
 
 def cache_export_problem(driver: str, cache_to: str | None) -> str | None:

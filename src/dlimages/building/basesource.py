@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlimages.artifacts.baseslock import BaseLock, unpinned_warning
+from dlimages.core import references
 from dlimages.core.errors import InputError, Problem
 from dlimages.core.grammar import REFERENCE_ALLOWED, reference_problem
 from dlimages.core.references import DigestOutcome, registry_is_loopback, registry_of, registry_problems, split_tag
@@ -26,26 +27,18 @@ from dlimages.core.watch import Wait
 from dlimages.model.cells import Cell
 from dlimages.model.spec import Matrix
 
-DOCKER_HUB = "docker.io"
-_HUB_ALIASES = (DOCKER_HUB, "index.docker.io", "registry-1.docker.io")
-COPY_TIMEOUT_S = 3600.0  # a 6 GB image over a slow link
+DOCKER_HUB, HUB_HOSTS = "docker.io", references.HUB_HOSTS
 COPY_RETRIES = 3  # skopeo's own retries of a failed request, with its backoff
 COPY_TIMEOUT_S = 3600.0  # one base (a CUDA devel image is about 4 GB compressed) over a slow link
-
-
-def _registry_host(ref: str) -> str | None:
-    """The registry part of a reference as docker reads it (a first part with '.', ':' or localhost), or None."""
-    first, slash, _ = ref.partition("/")
-    return first if slash and ("." in first or ":" in first or first == "localhost") else None
 
 
 def registry_path(ref: str) -> str:
     """The path a base gets under any registry prefix: its Docker Hub path (`library/` for official images), or,
     for a base named with another registry, that registry (as one path part: `_host_part`) and its path."""
-    host = _registry_host(ref)
-    if host is not None and host not in _HUB_ALIASES:
+    host = registry_of(ref)
+    if host not in HUB_HOSTS:
         return f"{_host_part(host)}/{ref.split('/', 1)[1]}"
-    name = ref.split("/", 1)[1] if host is not None else ref
+    name = ref.removeprefix(f"{host}/")
     return name if "/" in split_tag(name.split("@", 1)[0])[0] else f"library/{name}"
 
 
@@ -71,8 +64,7 @@ def _host_part(host: str) -> str:
 
 def qualified(ref: str) -> str:
     """The fully qualified name of a registry base, as org.opencontainers.image.base.name wants it."""
-    host = _registry_host(ref)
-    return ref if host is not None and host not in _HUB_ALIASES else f"{DOCKER_HUB}/{registry_path(ref)}"
+    return ref if registry_of(ref) not in HUB_HOSTS else f"{DOCKER_HUB}/{registry_path(ref)}"
 
 
 @dataclass(frozen=True)
@@ -105,7 +97,7 @@ class BaseSource:
             return False
         if cell.bootstrap_base:
             return self.own
-        return _registry_host(cell.base_image) in (None, *_HUB_ALIASES) or self.own
+        return registry_of(cell.base_image) in HUB_HOSTS or self.own
 
     def ref_for(self, cell: Cell) -> str:
         """The reference a build of `cell` pulls (before any digest)."""

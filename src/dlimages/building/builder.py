@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import itertools
 import json
 import logging
 import re
@@ -50,10 +49,6 @@ class BuildResult:
     # the containerd store
 
     @property
-    def tags(self) -> tuple[str, ...]:
-        return self.cell.refs if self.ok else ()
-
-    @property
     def summary(self) -> str:
         """One short line: "ok", or what failed ("PyPI unreachable (127.0.0.1:9)")."""
         if self.ok:
@@ -63,12 +58,6 @@ class BuildResult:
         return (self.error or "failed").split(":", 1)[0]
 
 
-def build_args(argv: Sequence[str]) -> dict[str, str]:
-    """The `--build-arg NAME=VALUE` pairs of a docker build command line."""
-    pairs = (value.split("=", 1) for flag, value in itertools.pairwise(argv) if flag == "--build-arg")
-    return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
-
-
 def attempt_of(plan: BuildPlan) -> Attempt:
     """What the advice needs to know about a build: its cell, mirror profile, the base it pulled (BASE_IMAGE, the
     name in a registry mirror when it went through one) and the indexes pip was given."""
@@ -76,7 +65,7 @@ def attempt_of(plan: BuildPlan) -> Attempt:
     return Attempt(
         cell=plan.cell,
         profile=mirror.profile,
-        base_image=build_args(plan.build).get("BASE_IMAGE"),
+        base_image=plan.build_arg("BASE_IMAGE") or None,
         pip_index=mirror.pip_index or None,
         torch_index=mirror.torch_index or None,  # "" switches PyTorch's index off (a find-links mirror instead)
         torch_find_links=mirror.torch_find_links or None,

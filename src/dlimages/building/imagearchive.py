@@ -10,6 +10,7 @@ writes the offline bases with it (building/base.py).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tarfile
@@ -76,10 +77,6 @@ def config_json(diff_id: str, *, epoch: int, config: ImageConfig) -> bytes:
     )
 
 
-def sha256_digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
 def layer_diff_id(layer: Path) -> str:
     """The layer's diff_id: the sha256 of the uncompressed tarball, read in chunks."""
     digest = hashlib.sha256()
@@ -87,15 +84,6 @@ def layer_diff_id(layer: Path) -> str:
         while chunk := source.read(CHUNK):
             digest.update(chunk)
     return "sha256:" + digest.hexdigest()
-
-
-def tag_problem(tag: str) -> str | None:
-    """What is wrong with the name the archive gives its image, or None. `docker load` takes repository:tag only."""
-    return tagged_ref_problem(
-        tag,
-        digest_why="an archive names its image by repository:tag",
-        untagged_why="docker load refuses a repository without one",
-    )
 
 
 def archive_problems(layer: Path, out: Path, *, tag: str, epoch: int, config: ImageConfig) -> list[Problem]:
@@ -110,7 +98,11 @@ def archive_problems(layer: Path, out: Path, *, tag: str, epoch: int, config: Im
         problems.append(Problem("--out", f"{out} is a folder; give the archive's file name"))
     elif layer_problem is None and out.exists() and out.samefile(layer):
         problems.append(Problem("--out", f"{out} is the layer itself; give another file name"))
-    problem = tag_problem(tag)
+    problem = tagged_ref_problem(  # the name the archive gives its image: `docker load` takes repository:tag only
+        tag,
+        digest_why="an archive names its image by repository:tag",
+        untagged_why="docker load refuses a repository without one",
+    )
     if problem is not None:
         problems.append(Problem("--tag", f"{tag[:80]!r} {problem}", TAG_ALLOWED))
     if not 0 <= epoch <= MAX_EPOCH:
@@ -149,7 +141,7 @@ def write_docker_archive(layer_tar: Path, out: Path, *, tag: str, epoch: int, co
         raise InputError(problems)
     diff_id = layer_diff_id(layer_tar)
     config_bytes = config_json(diff_id, epoch=epoch, config=config)
-    image_id = sha256_digest(config_bytes)
+    image_id = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
     config_name = image_id.removeprefix("sha256:") + ".json"
     layer_name = diff_id.removeprefix("sha256:") + "/layer.tar"
     manifest = canonical_json([{"Config": config_name, "Layers": [layer_name], "RepoTags": [tag]}])
@@ -165,7 +157,7 @@ def write_docker_archive(layer_tar: Path, out: Path, *, tag: str, epoch: int, co
                     if name == layer_name:
                         _add_layer(archive, layer_name, layer_tar, diff_id, epoch)
                     else:
-                        archive.addfile(_member(name, len(small[name]), epoch), _Reader(small[name]))
+                        archive.addfile(_member(name, len(small[name]), epoch), io.BytesIO(small[name]))
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, ARCHIVE_MODE)
@@ -197,20 +189,6 @@ def _add_layer(archive: tarfile.TarFile, name: str, layer: Path, diff_id: str, e
             raise InputError([Problem("--layer", f"{layer} changed while it was copied ({error})")]) from None
     if copied.diff_id() != diff_id:
         raise InputError([Problem("--layer", f"{layer} changed while it was copied; write the archive again")])
-
-
-class _Reader:
-    """Bytes as something tarfile reads from."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._at = 0
-
-    def read(self, size: int = -1) -> bytes:
-        end = len(self._data) if size < 0 else self._at + size
-        chunk = self._data[self._at : end]
-        self._at += len(chunk)
-        return chunk
 
 
 class _HashingReader:

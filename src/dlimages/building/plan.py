@@ -16,6 +16,7 @@ from dlimages.artifacts.baseslock import BaseLock
 from dlimages.artifacts.layout import IMAGES_DIR
 from dlimages.artifacts.pythonlock import installs_with_uv, lock_state
 from dlimages.building import aptdebs, basesource
+from dlimages.building.aptdebs import AptDebsSource
 from dlimages.building.basesource import BaseChoice, BaseSource, choose, choose_all
 from dlimages.building.mirrors import MirrorArgs, resolve
 from dlimages.core import usage
@@ -106,19 +107,6 @@ def default_ca_bundle() -> Path | None:
 
 
 @dataclass(frozen=True)
-class AptDebs:
-    """The locked OS packages a build installs: the cell's apt lock, where its files come from, and the flat
-    repository (relative to the repository root) they are gathered in first (aptdebs.flat_repo)."""
-
-    lock: oslock.AptLock
-    origin: aptdebs.Origin
-
-    @property
-    def folder(self) -> Path:
-        return aptdebs.repo_folder(self.lock, self.origin)
-
-
-@dataclass(frozen=True)
 class BuildPlan:
     cell: Cell
     build: list[str]
@@ -126,7 +114,7 @@ class BuildPlan:
     mirror: MirrorArgs
     base: BaseChoice
     notes: tuple[str, ...] = ()  # where the base comes from, what keeps this build from being reproducible
-    apt: AptDebs | None = None  # None: the cell's apt step installs what the archive serves (no apt lock)
+    apt: AptDebsSource | None = None  # None: the cell's apt step installs what the archive serves (no apt lock)
     uv: bool = False  # its locked pip steps run uv, from the build context `uv` (UV_CONTEXT, stage_uv)
 
     def build_arg(self, name: str) -> str:
@@ -162,7 +150,7 @@ def plan_build(
     epoch: int = 0,
     progress: str = "plain",
     notes: Sequence[str] = (),
-    apt: AptDebs | None = None,
+    apt: AptDebsSource | None = None,
     uv: bool = False,
 ) -> BuildPlan:
     """Build without tags, BuildKit's metadata file saying what was built; tags are applied only once the build has
@@ -260,7 +248,7 @@ def plan_builds(
     return plans
 
 
-def apt_debs(root: Path, cell: Cell, mirror: MirrorArgs, apt_from: str | None) -> AptDebs | None:
+def apt_debs(root: Path, cell: Cell, mirror: MirrorArgs, apt_from: str | None) -> AptDebsSource | None:
     """The locked OS packages of the cell (None when it has no apt lock), fetched from `apt_from` (aptdebs.origin;
     the default: the build's own apt mirror)."""
     lock = oslock.read(root / IMAGES_DIR / cell.framework / cell.slug / oslock.APT_LOCK)
@@ -270,7 +258,7 @@ def apt_debs(root: Path, cell: Cell, mirror: MirrorArgs, apt_from: str | None) -
     mirrors = aptdebs.mirrors_of(mirror.apt, mirror.apt_security, distro)
     if mirror.apt is None and distro.family == "debian":  # no mirror given: this host's, as `invoke base` takes
         mirrors = aptdebs.host_mirrors()
-    return AptDebs(lock, aptdebs.origin(apt_from, lock.resolved, mirrors, distro))
+    return AptDebsSource(lock, aptdebs.origin(apt_from, lock.resolved, mirrors, distro))
 
 
 def source_date_epoch(root: Path, cell: Cell, runner: Runner) -> int:

@@ -1,10 +1,12 @@
 """Writing files so that a reader sees the old content or the new one, never half of it, and taking turns with
-other processes of this repository (an advisory lock on a file)."""
+other processes of this repository (an advisory lock on a file), and reading a file a user names without hanging."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +31,29 @@ def stage(path: Path, content: str | bytes, mode: int = REGULAR, *, suffix: str 
         Path(tmp).unlink(missing_ok=True)
         raise
     return Path(tmp)
+
+
+class NotRegular(OSError):
+    """A path that is not a regular file (a folder: EISDIR)."""
+
+
+def read_regular(path: Path, limit: int, *, follow: bool = True) -> bytes:
+    """At most `limit` + 1 bytes of the regular file `path` (one more tells the caller it is larger). Opened without
+    blocking and checked before any read: a FIFO would wait for a writer, a link to /dev/zero never end. Raises
+    NotRegular for any other kind, and for a link unless `follow`; OSError when it cannot be opened."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
+    except OSError as error:
+        if error.errno == errno.ELOOP and not follow:
+            raise NotRegular(errno.EINVAL, "not a regular file") from None
+        raise
+    with open(descriptor, "rb") as file:
+        mode = os.fstat(descriptor).st_mode
+        if stat.S_ISDIR(mode):
+            raise NotRegular(errno.EISDIR, "Is a directory")
+        if not stat.S_ISREG(mode):
+            raise NotRegular(errno.EINVAL, "not a regular file")
+        return file.read(limit + 1)
 
 
 def write_atomic(path: Path, content: str | bytes, mode: int = REGULAR) -> None:

@@ -46,8 +46,7 @@ def docker_save(ref: str) -> tuple[IO[bytes], Callable[[], Result]]:
 
 def engine_socket(env: Mapping[str, str]) -> str | None:
     """The unix socket the docker CLI talks to with this environment; None where it would use something else."""
-    host = env.get("DOCKER_HOST", "")
-    if host:
+    if host := env.get("DOCKER_HOST", ""):
         return host.removeprefix("unix://") if host.startswith("unix://") else None
     if env.get("DOCKER_CONTEXT", "default") != "default":
         return None

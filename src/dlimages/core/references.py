@@ -25,6 +25,7 @@ MAX_NAME = 255  # docker refuses a name (registry and repository, no tag) longer
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 TAG_ALLOWED = "an image reference with a :tag and no @digest, e.g. ubuntu:22.04"
 _SHOWN = 80  # a longer value is cut short in messages
+HUB_HOSTS = ("docker.io", "index.docker.io", "registry-1.docker.io")  # Docker Hub, by each name docker takes
 
 
 def image_problems(refs: Iterable[str], where: str = "--image") -> list[Problem]:
@@ -61,8 +62,7 @@ def registry_problems(registry: str, where: str = "--registry") -> list[Problem]
         host, _, port = host_port.rpartition(":")
     if not _HOST.fullmatch(host):
         return problem(f"has no valid host name ('{host}')")
-    too_long = host_problem(host)
-    if too_long:
+    if too_long := host_problem(host):
         return problem(too_long)
     if port and not (re.fullmatch("[0-9]{1,5}", port) and 1 <= int(port) <= 65535):  # ASCII digits only
         return problem(f"has port '{port}', not a number from 1 to 65535")
@@ -72,8 +72,7 @@ def registry_problems(registry: str, where: str = "--registry") -> list[Problem]
         return problem(
             "would be read by docker as a Docker Hub namespace: give a host with a dot, a port, or localhost"
         )
-    bad = [part for part in path.split("/") if not _PATH_PART.fullmatch(part)] if path else []
-    if bad:
+    if bad := [part for part in path.split("/") if not _PATH_PART.fullmatch(part)] if path else []:
         return problem(f"has path part '{bad[0]}': lowercase letters, digits and single '.', '_' or '-' between them")
     return []
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from dlimages.core import watch
-from dlimages.core.engines import Engine, Need, read_engine
+from dlimages.core.engines import Engine, read_engine
 
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
 # Runs argv in cwd, hands every output line (stdout and stderr merged, without its newline) to the callback,
@@ -175,11 +175,6 @@ class Runner:
             return "the Docker engine is not reachable (`bash scripts/engine.sh` installs and starts one)"
         version = self.docker("version", "--format", "{{json .}}", timeout=30)
         return read_engine(version.out, info.out)  # its JSON even when it fails: what it printed is still read
-
-    def engine_problem(self, *, buildx: bool = True) -> str | None:
-        """None when an engine answers that can run docker commands (with `buildx`, builds); else what is wrong."""
-        found = self.engine()
-        return found if isinstance(found, str) else found.refusal(Need.BUILDKIT if buildx else Need.DOCKER)
 
 
 DEFAULT = Runner()

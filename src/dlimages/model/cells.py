@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from dlimages.core import usage
 from dlimages.core.errors import InputError
+from dlimages.core.references import HUB_HOSTS, registry_of
 from dlimages.model import tags as tag_rules
 from dlimages.model.compat import Candidate, DriverRule, Reason, driver_rule, judge, os_for_python
 from dlimages.model.requirecuda import driver_key
@@ -26,7 +27,6 @@ HUB = "hub"  # the base is pulled from Docker Hub (ubuntu, nvidia/cuda)
 BASE = "base"  # the offline Debian base, made here by `invoke base` from an apt mirror: no registry
 PYPI = "pypi"  # PyPI (or the index pip is given in its place): every cell's package set
 INDEX_SUFFIX = "-index"  # "pytorch-index": the framework's own index or find-links page (CUDA builds PyPI lacks)
-_HUB_HOSTS = ("docker.io", "index.docker.io", "registry-1.docker.io")
 
 
 def need_words(need: str) -> str:
@@ -124,9 +124,8 @@ class Cell:
         its host, or BASE, made here), the framework's own index where the cell names one ("pytorch-index"), PyPI.
         A lock resolved from that index names it as well, and only then: the index is part of the lock's input
         digest, so a lock that disagrees is stale (`invoke lock --check`); an unlocked cell asks the same indexes."""
-        first, slash, _ = self.base_image.partition("/")
-        host = first if slash and ("." in first or ":" in first or first == "localhost") else None
-        base = BASE if self.bootstrap_base else HUB if host is None or host in _HUB_HOSTS else host
+        host = registry_of(self.base_image)
+        base = BASE if self.bootstrap_base else HUB if host in HUB_HOSTS else host
         own_index = self.install.index_url or self.install.find_links
         return (base, *([f"{self.framework}{INDEX_SUFFIX}"] if own_index else []), PYPI)
 

@@ -62,8 +62,7 @@ def parse_arch(text: str) -> str:
     """
     cleaned = text.strip().lower()
     for form in _ARCH_FORMS:
-        match = form.fullmatch(cleaned)
-        if match:
+        if match := form.fullmatch(cleaned):
             return dl_stack.arch_name((int(match["major"]), int(match["minor"])))
     raise InputError([Problem("--gpu", f"{text!r} is no GPU model or architecture", f"{gpumodels.EXAMPLES}; sm_90")])
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from operator import eq, ge, gt, le, lt
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +10,7 @@ from typing import Annotated
 from pydantic import Field, ValidationError, field_validator
 
 from dlimages.core.errors import InputError, Problem, allowed_list
+from dlimages.core.files import read_regular
 from dlimages.core.grammar import VERSION
 from dlimages.model.keypaths import problem_from_pydantic
 from dlimages.model.matrixyaml import MAX_MATRIX_BYTES, load_yaml
@@ -81,15 +80,7 @@ def parse_matrix(text: str, where_file: str = MATRIX_FILE) -> Matrix:
 def load_matrix(path: Path) -> Matrix:
     """Read and validate a matrix file: at most MAX_MATRIX_BYTES of UTF-8 text from a regular file."""
     try:
-        # Non-blocking, so that opening a FIFO returns at once; only regular files are read (a FIFO would wait for
-        # a writer, a link to /dev/zero never end), and never more than the limit.
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with open(descriptor, "rb") as file:
-            mode = os.fstat(descriptor).st_mode
-            if not stat.S_ISREG(mode):
-                kind = "Is a directory" if stat.S_ISDIR(mode) else "not a regular file"
-                raise InputError([Problem(str(path), f"cannot read: {kind}")])
-            raw = file.read(MAX_MATRIX_BYTES + 1)
+        raw = read_regular(path, MAX_MATRIX_BYTES)
     except OSError as exc:
         raise InputError([Problem(str(path), f"cannot read: {exc.strerror}")]) from None
     if len(raw) > MAX_MATRIX_BYTES:

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
-from dlimages.artifacts.pythonlock import normalize
+from packaging.utils import canonicalize_name
 
 SBOM_TYPE = "cyclonedx"  # `cosign attest --type`: CycloneDX's predicate type
 PROVENANCE_TYPE = "slsaprovenance1"  # https://slsa.dev/provenance/v1
@@ -47,7 +47,7 @@ def python_packages(lock: str | None) -> dict[str, tuple[str, tuple[str, ...]]]:
     name = None
     for line in (lock or "").splitlines():
         if match := _PIN.match(line):
-            name = normalize(match.group(1))
+            name = canonicalize_name(match.group(1))
             packages[name] = (match.group(2), ())
         elif name and (hashed := _HASH.search(line)):
             version, hashes = packages[name]

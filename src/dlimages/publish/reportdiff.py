@@ -19,6 +19,7 @@ from typing import Any
 
 from dlimages.core import usage
 from dlimages.core.errors import InputError, Problem
+from dlimages.core.files import NotRegular, read_regular
 
 KINDS = ("pip", "dpkg")
 MAX_FILE_BYTES = 32 * 1024 * 1024  # a report of 100 images with 1,000 packages each is under 10 MB
@@ -143,16 +144,9 @@ def _report_files(folder: Path, flag: str) -> list[Path]:
 def _read_json(path: Path, flag: str) -> Any:
     where = f"{flag} {path}"
     try:
-        mode = path.lstat().st_mode
-        if not stat.S_ISREG(mode):  # looked at before any open: a FIFO would block it, a device never end
-            raise InputError([Problem(where, "is not a regular file (a link, FIFO or device is never read)")])
-        # O_NOFOLLOW and O_NONBLOCK: if the file was swapped for a link or a FIFO since, open neither follows nor
-        # waits, and fstat below refuses it.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise InputError([Problem(where, "is not a regular file (a link, FIFO or device is never read)")])
-            data = handle.read(MAX_FILE_BYTES + 1)
+        data = read_regular(path, MAX_FILE_BYTES, follow=False)
+    except NotRegular:
+        raise InputError([Problem(where, "is not a regular file (a link, FIFO or device is never read)")]) from None
     except OSError as error:
         raise InputError([Problem(where, f"cannot read it: {_reason(error)}")]) from None
     if len(data) > MAX_FILE_BYTES:

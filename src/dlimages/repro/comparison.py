@@ -3,6 +3,7 @@ layers and config fields, and the words of the report. Pure: layerdiff.py reads 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Mapping
@@ -147,12 +148,7 @@ def compare_configs(first: Mapping[str, Any], second: Mapping[str, Any]) -> tupl
     return tuple(found)
 
 
-class _Absent:
-    def __repr__(self) -> str:
-        return "(absent)"
-
-
-_ABSENT: Any = _Absent()
+_ABSENT: Any = object()  # a key or item one side lacks: shown as "(absent)"
 
 
 def _walk(path: str, a: Any, b: Any, key: str, found: list[str]) -> None:
@@ -162,9 +158,7 @@ def _walk(path: str, a: Any, b: Any, key: str, found: list[str]) -> None:
         for child in sorted(a.keys() | b.keys()):
             _walk(_child(path, child, key in _USER_MAPS), a.get(child, _ABSENT), b.get(child, _ABSENT), child, found)
     elif isinstance(a, list) and isinstance(b, list):
-        for i in range(max(len(a), len(b))):
-            item_a = a[i] if i < len(a) else _ABSENT
-            item_b = b[i] if i < len(b) else _ABSENT
+        for i, (item_a, item_b) in enumerate(itertools.zip_longest(a, b, fillvalue=_ABSENT)):
             _walk(f"{path}[{i}]", item_a, item_b, key, found)
     else:
         found.append(f"{path}: {_show(a)} ≠ {_show(b)}")

@@ -14,6 +14,7 @@ import contextlib
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import math
 import re
@@ -377,18 +378,14 @@ def compare_images(first: str, second: str, *, save: SaveFn = docker_save, runne
     a, b = _inspect(first, runner), _inspect(second, runner)
     if a.id == b.id:
         return ImageComparison(a.id, b.id, (), ())
-    count = max(len(a.diff_ids), len(b.diff_ids))
-    indices = [i for i in range(count) if _at(a.diff_ids, i) != _at(b.diff_ids, i)]
-    saved_a = _read_saved(a, {d for i in indices if (d := _at(a.diff_ids, i))}, save)
-    saved_b = _read_saved(b, {d for i in indices if (d := _at(b.diff_ids, i))}, save)
+    pairs = itertools.zip_longest(a.diff_ids, b.diff_ids)
+    changed = [(i, id_a, id_b) for i, (id_a, id_b) in enumerate(pairs) if id_a != id_b]
+    saved_a = _read_saved(a, {id_a for _, id_a, _ in changed if id_a}, save)
+    saved_b = _read_saved(b, {id_b for _, _, id_b in changed if id_b}, save)
     steps_a, steps_b = _layer_steps(saved_a.config), _layer_steps(saved_b.config)
     layers = []
-    for i in indices:
-        id_a, id_b = _at(a.diff_ids, i), _at(b.diff_ids, i)
-        files, note = _compare_layers(
-            saved_a.layers[id_a] if id_a else None,
-            saved_b.layers[id_b] if id_b else None,
-        )
+    for i, id_a, id_b in changed:
+        files, note = _compare_layers(saved_a.layers[id_a] if id_a else None, saved_b.layers[id_b] if id_b else None)
         step = _at(steps_a, i) or _at(steps_b, i) or ""
         layers.append(LayerDifference(i, shorten_step(step), id_a, id_b, files, note))
     config = compare_configs(saved_a.config, saved_b.config)

@@ -223,8 +223,9 @@ def reproduce(
         image, took, problem = build_cold(build, metadata, root, runner, on_line)
         seconds.append(took)
         if image is None:
-            done = (given_id, None) if against is not None else _pad([built.config for built in images])
-            return Outcome(name, *done, problem=problem, seconds=tuple(seconds), dirty=dirty, against=against)
+            # Two builds at most: a failed one leaves one image before it, or none.
+            built = given_id if against is not None else images[0].config if images else None
+            return Outcome(name, built, None, problem=problem, seconds=tuple(seconds), dirty=dirty, against=against)
         images.append(image)
     if against is not None:
         # Read after the build: a cold build stored as the given image was is known by the same manifest.
@@ -244,10 +245,4 @@ def reproduce(
         return Outcome(
             name, first.config, second.config, problem=str(error), seconds=tuple(seconds), dirty=dirty, against=against
         )
-    outcome = Outcome(name, first.config, second.config, comparison, seconds=tuple(seconds), dirty=dirty)
-    return replace(outcome, against=against)
-
-
-def _pad(images: Sequence[str]) -> tuple[str | None, str | None]:
-    first = images[0] if images else None
-    return first, (images[1] if len(images) > 1 else None)
+    return Outcome(name, first.config, second.config, comparison, seconds=tuple(seconds), dirty=dirty, against=against)

@@ -160,7 +160,7 @@ def test_unreadable_content_is_an_input_error(tmp_path: Path, content: bytes, ex
 
 def test_a_folder_or_a_fifo_is_not_read(tmp_path: Path) -> None:
     (tmp_path / "dir.json").mkdir()
-    with pytest.raises(InputError, match="cannot read: not a regular file"):
+    with pytest.raises(InputError, match="cannot read: Is a directory"):
         BaseLock.load(tmp_path / "dir.json")
     os.mkfifo(tmp_path / "fifo.json")
     with pytest.raises(InputError, match="cannot read: not a regular file"):  # and does not wait for a writer

@@ -10,7 +10,7 @@ from typing import Literal
 from dlimages.building.advice.diagnosis import Attempt, Diagnosis, Remedies
 from dlimages.building.advice.reading import Step, Trouble, either, reason, shorten
 from dlimages.core import usage
-from dlimages.core.references import split_tag
+from dlimages.core.references import names_registry, split_tag
 from dlimages.model.cells import BASE, HUB, PYPI, Cell, need_words
 from dlimages.model.selection import flags_for, nearest_without
 from dlimages.model.spec import Matrix
@@ -74,12 +74,7 @@ def _base_host(ref: str, why: str) -> str:
         return found.group("host")
     if found := _LOOKUP.search(why):
         return found.group("host")
-    return _registry(ref) or "docker.io"
-
-
-def _registry(ref: str) -> str | None:
-    first, slash, _ = ref.partition("/")
-    return first if slash and ("." in first or ":" in first or first == "localhost") else None
+    return ref.partition("/")[0] if names_registry(ref) else "docker.io"
 
 
 def _name(ref: str) -> str:
@@ -98,7 +93,7 @@ def _base_registry(attempt: Attempt) -> str | None:
     for path in dict.fromkeys((hub_path, base)):
         if pulled.endswith("/" + path):
             return pulled[: -len(path) - 1]
-    return _registry(pulled)
+    return pulled.partition("/")[0] if names_registry(pulled) else None
 
 
 Route = Literal["upstream", "profile", "own"]  # how the build asked for its base

@@ -14,11 +14,7 @@ from dlimages.core.usage import ENGINE_SCRIPT
 
 def machine_failure(output: Sequence[str]) -> Diagnosis | None:
     """No engine, a full disk or a lost layer, whatever step the output names; None when it is none of these."""
-    for finder in (_engine, _disk, _lost_layer):
-        found = finder(output)
-        if found is not None:
-            return found
-    return None
+    return next((found for finder in (_engine, _disk, _lost_layer) if (found := finder(output)) is not None), None)
 
 
 def _engine(output: Sequence[str]) -> Diagnosis | None:

@@ -104,15 +104,16 @@ def _pip_urls(step: Step, attempt: Attempt) -> list[str]:
     return list(dict.fromkeys([*printed, *default, *(url for url in given if url)]))
 
 
+def _index_path(url: str) -> str:
+    """The path the requests under an index or find-links page start with: the page's folder, the index's path."""
+    path = urlsplit(url).path
+    return path.rsplit("/", 1)[0] if path.endswith(".html") else path.rstrip("/")
+
+
 def _url_for(path: str, urls: Sequence[str]) -> str | None:
     """The index or find-links page a request path belongs to: the one whose path is the longest prefix of it."""
-    best: tuple[int, str] | None = None
-    for url in urls:
-        base = urlsplit(url).path
-        base = base.rsplit("/", 1)[0] if base.endswith(".html") else base.rstrip("/")
-        if (path == base or path.startswith(base + "/")) and (best is None or len(base) > best[0]):
-            best = (len(base), url)
-    return best[1] if best else None
+    under = [url for url in urls if path == _index_path(url) or path.startswith(_index_path(url) + "/")]
+    return max(under, key=lambda url: len(_index_path(url)), default=None)
 
 
 def _is_torch(event: _Event, attempt: Attempt) -> bool:
@@ -126,9 +127,7 @@ def _is_torch(event: _Event, attempt: Attempt) -> bool:
 
 
 def _same_place(url: str, other: str) -> bool:
-    path = urlsplit(other).path
-    path = path.rsplit("/", 1)[0] if path.endswith(".html") else path.rstrip("/")
-    return netloc(url) == netloc(other) and urlsplit(url).path.startswith(path)
+    return netloc(url) == netloc(other) and urlsplit(url).path.startswith(_index_path(other))
 
 
 # --- the advice ------------------------------------------------------------------------------------------------------
