@@ -17,7 +17,7 @@ from invoke.exceptions import Exit
 
 from dlimages import commands
 from dlimages.commands.flags import RUN_OPTIONS, FlagTask, gather, refuse_core_options
-from dlimages.core import errors, usage
+from dlimages.core import errors
 from dlimages.generate.project import Project, find_root
 
 ROOT = find_root(Path(__file__).parent)  # the repository this tasks.py belongs to, wherever invoke runs it
@@ -33,7 +33,7 @@ def command(*, honours: frozenset[str] = frozenset()) -> Callable[[Callable[...,
 
     def decorate(body: Callable[..., None]) -> Task:
         function = getattr(commands, body.__name__)
-        line = usage.invoke(body.__name__.replace("bases_", "bases.").replace("_", "-"))  # as typed
+        line = commands.task_line(function)
 
         @functools.wraps(body)
         def run(c: Context, **given: Any) -> None:
@@ -67,7 +67,7 @@ def matrix(c: Context, **flags: Any) -> None:
 @command()
 def render(c: Context, **flags: Any) -> None:
     """Render every cell's Dockerfile into images/ (deterministic; nothing written if validation fails)."""
-    commands.echo(commands.render(Project(ROOT), **flags))
+    commands.echo(commands.render(Project(ROOT, blocks=(commands.flags_block(ROOT),)), **flags))
 
 
 @command()

@@ -5,13 +5,19 @@ nothing) or raises Failed with an exit code."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from dlimages.commands.bases import apt_repo, base, bases_list, bases_mirror
 from dlimages.commands.builds import bake, build, repro
-from dlimages.commands.flags import CellFlags, flag_parameters
+from dlimages.commands.flags import CellFlags, flag_parameters, flag_rows
 from dlimages.commands.generate import doctor, lock, matrix, render
 from dlimages.commands.host import check, ci, disk, mirrors
 from dlimages.commands.images import bench, package_diff, push, smoke, test, verify
 from dlimages.commands.session import Failed, echo, reader_gone
+from dlimages.core import usage
+from dlimages.generate.docsblocks import USING, Block
+from dlimages.generate.templating import environment
 
 __all__ = [
     "CellFlags",
@@ -29,6 +35,7 @@ __all__ = [
     "doctor",
     "echo",
     "flag_parameters",
+    "flags_block",
     "lock",
     "matrix",
     "mirrors",
@@ -38,6 +45,22 @@ __all__ = [
     "render",
     "repro",
     "smoke",
+    "task_line",
     "test",
     "verify",
 ]
+
+# Every task of tasks.py (a test holds them equal).
+TASKS: tuple[Callable[..., object], ...] = (apt_repo, bake, base, bases_list, bases_mirror, bench, build, check, ci)
+TASKS += (disk, doctor, lock, matrix, mirrors, package_diff, push, render, repro, smoke, test, verify)
+
+
+def task_line(command: Callable[..., object]) -> str:
+    """The task of a command as typed: `invoke bases.list`, `invoke apt-repo`."""
+    return usage.invoke(command.__name__.replace("bases_", "bases.").replace("_", "-"))
+
+
+def flags_block(root: Path) -> Block:
+    """docs/using.md's list of every task's flags, from their declarations: what `invoke TASK --help` shows."""
+    tasks = [(task_line(command), flag_rows(command, root)) for command in sorted(TASKS, key=task_line)]
+    return Block(USING, "flags", environment(root).get_template("docs/flags.md.j2").render(tasks=tasks))

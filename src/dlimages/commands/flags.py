@@ -219,6 +219,18 @@ class FlagTask(Task[Any]):
         ]
 
 
+def flag_rows(command: Callable[..., object], root: Path) -> list[tuple[str, str, str]]:
+    """Each flag of `command` as docs/using.md lists it: the flag (with its value's name), its default, its help."""
+    helps, rows = flag_help(command), []
+    for param in flag_parameters(command):
+        each, flag = helps.get(param.name, Help("")), param.name.strip("_").replace("_", "-")  # as Invoke names it
+        switch = isinstance(param.default, bool)
+        value = "" if switch else f"={each.value or flag.upper()}"
+        default = "" if switch or param.default in (None, (), "", param.empty) else f"`{param.default}`"
+        rows.append((f"`--{flag}{value}`", default, _text(each, root)))
+    return rows
+
+
 @functools.cache  # once a process: --mirror's (build, bake, repro) reads matrix.yaml
 def _text(flag: Help, root: Path) -> str:
     return flag.text if isinstance(flag.text, str) else flag.text(root)

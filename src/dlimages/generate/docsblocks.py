@@ -1,12 +1,13 @@
 """The docs' generated blocks (their text from matrixdocs) in their documents: docs/matrix.md's table,
-docs/provisioning.md's driver tables, docs/offline.md's mirror profiles. A block sits between two marker lines of its
+docs/provisioning.md's driver tables, docs/offline.md's mirror profiles (and, from the commands, docs/using.md's
+flags). A block sits between two marker lines of its
 document (`<!-- NAME:begin -->`, `<!-- NAME:end -->`); everything outside them is the document's own. Each document
 is written whole or not at all (`generated`), and `render --check` names a stale or hand-edited block.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ DOCS = "docs"  # every document with a generated block lives here; a tree withou
 MATRIX_PAGE = f"{DOCS}/matrix.md"
 PROVISIONING = f"{DOCS}/provisioning.md"
 OFFLINE = f"{DOCS}/offline.md"
+USING = f"{DOCS}/using.md"
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,10 @@ def splice(text: str, block: Block) -> str:
     return "".join(lines[: begins[0] + 1]) + block.text + "".join(lines[ends[0] :])
 
 
-def render_documents(root: Path, matrix: Matrix, expansion: Expansion) -> list[GeneratedFile]:
-    """The documents with their generated blocks in place, in memory.
+def render_documents(
+    root: Path, matrix: Matrix, expansion: Expansion, extra: Sequence[Block] = ()
+) -> list[GeneratedFile]:
+    """The documents with their generated blocks (and the `extra` ones) in place, in memory.
 
     Only in a tree with a docs/ folder: the copies of the repo that tests make have none, and a document that holds
     blocks is never created from nothing. Where docs/ is, every document a block goes in must hold its markers;
@@ -82,7 +86,7 @@ def render_documents(root: Path, matrix: Matrix, expansion: Expansion) -> list[G
         return []
     locks = {cell.slug: lock_state(root, cell, matrix.packages.pip).status for cell in expansion.cells}
     by_document: dict[str, list[Block]] = {}
-    for block in blocks(matrix, expansion, locks, root):
+    for block in [*blocks(matrix, expansion, locks, root), *extra]:
         by_document.setdefault(block.document, []).append(block)
     files: list[GeneratedFile] = []
     problems: list[Problem] = []

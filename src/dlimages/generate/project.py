@@ -8,7 +8,7 @@ from functools import cached_property
 from pathlib import Path
 
 from dlimages.core.errors import InputError
-from dlimages.generate.docsblocks import render_documents, stale_documents, write_documents
+from dlimages.generate.docsblocks import Block, render_documents, stale_documents, write_documents
 from dlimages.generate.generated import GeneratedFile
 from dlimages.generate.render import render_tree, rendering, stale_files, write_tree
 from dlimages.model.cells import Expansion, expand
@@ -18,6 +18,7 @@ from dlimages.model.spec import MATRIX_FILE, Matrix, load_matrix
 @dataclass
 class Project:
     root: Path
+    blocks: tuple[Block, ...] = ()  # generated blocks from above this wing (the flags: commands.flags_block)
 
     @cached_property
     def matrix(self) -> Matrix:
@@ -33,7 +34,7 @@ class Project:
 
     def documents(self) -> list[GeneratedFile]:
         """The documents with their generated blocks, in memory (none in a tree without docs/)."""
-        return render_documents(self.root, self.matrix, self.expansion)
+        return render_documents(self.root, self.matrix, self.expansion, self.blocks)
 
     def check_rendered(self) -> int:
         """How many files images/ and the docs hold; InputError naming every stale, hand-edited, missing or extra

@@ -108,6 +108,19 @@ def test_every_task_help_is_whole_and_the_same_for_h_and_help(run: Run, namespac
     assert code == 0 and shown == run("build", "--help")[1].replace("inv[oke]", "dlimages")
 
 
+def test_using_md_lists_every_task_and_flag_as_help_shows_them(run: Run, namespace: Collection) -> None:
+    """docs/using.md's generated block (commands.flags_block) against each task's --help: the same tasks, the same
+    flags with the same value names. `invoke render --check` keeps the block fresh; this keeps it whole."""
+    block = (REPO / "docs/using.md").read_text().split("<!-- flags:begin -->", 1)[1].split("<!-- flags:end -->")[0]
+    listed = dict(re.findall(r"^### `invoke (\S+)`\n(.*?)(?=^### |\Z)", block, re.M | re.S))
+    assert set(listed) == set(namespace.task_names) and len(listed) > 15, sorted(listed)
+    for name in namespace.task_names:
+        options = run(name, "--help")[1].split("\nOptions:\n", 1)[1]
+        shown = set(re.findall(r"^  (--[a-z][^ ]*)", options, re.M)) - {"--help"}
+        documented = {flag.replace("\\|", "|") for flag in re.findall(r"^\| `(--[^`]+)`", listed[name], re.M)}
+        assert documented == shown and (shown or "No flags." in listed[name]), name
+
+
 def test_list_shows_each_task_in_one_whole_sentence(run: Run, namespace: Collection) -> None:
     """Before: `ci`'s first docstring line, all that --list shows of it, stopped at "..., the user's"."""
     tasks = [namespace[name] for name in namespace.task_names]

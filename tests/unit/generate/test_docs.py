@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 
 from dlimages.artifacts.pythonlock import lock_state
+from dlimages.commands import flags_block
 from dlimages.core.errors import InputError
 from dlimages.generate import docsblocks, matrixdocs
 from dlimages.generate.docsblocks import (
     MATRIX_PAGE,
     OFFLINE,
     PROVISIONING,
+    USING,
     Block,
     render_documents,
     splice,
@@ -45,13 +47,14 @@ OFFLINE_TEXT = "# Offline\n\n<!-- mirrors:begin -->\n<!-- mirrors:end -->\n"
 
 @pytest.fixture
 def documented(repo_copy: Path) -> Path:
-    """A repo copy (the fixture matrix, the real templates and tasks.py) with a docs/matrix.md and
-    docs/provisioning.md holding their markers, rendered once."""
+    """A repo copy (the fixture matrix, the real templates and tasks.py) with docs/matrix.md, docs/provisioning.md,
+    docs/offline.md and docs/using.md holding their markers, rendered once (as `invoke render` does)."""
     (repo_copy / "docs").mkdir()
     (repo_copy / MATRIX_PAGE).write_text(MATRIX_TEXT, encoding="utf-8")
     (repo_copy / PROVISIONING).write_bytes(PROVISIONING_TEXT.encode())  # CRLF: kept outside the blocks
     (repo_copy / OFFLINE).write_text(OFFLINE_TEXT, encoding="utf-8")
-    Project(repo_copy).write_rendered()
+    (repo_copy / USING).write_text("# Using\n\n<!-- flags:begin -->\n<!-- flags:end -->\n", encoding="utf-8")
+    Project(repo_copy, blocks=(flags_block(repo_copy),)).write_rendered()
     return repo_copy
 
 
