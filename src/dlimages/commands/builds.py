@@ -50,6 +50,9 @@ CaBundle = Annotated[
     str | None,
     Help("extra CA bundle for pip inside the build (a BuildKit secret); default: this host's bundle", "FILE"),
 ]
+Netrc = Annotated[
+    str | None, Help("netrc file with private-index credentials (a BuildKit secret: in no layer)", "FILE")
+]
 
 
 def build(
@@ -60,7 +63,7 @@ def build(
     base_registry: BaseRegistry = None,
     dry_run: Annotated[bool, Help("print the exact docker commands and tags; touch nothing")] = False,
     ca_bundle: CaBundle = None,
-    netrc: Annotated[str | None, Help("netrc file with private-index credentials (a BuildKit secret)", "FILE")] = None,
+    netrc: Netrc = None,
     keep_going: Annotated[
         bool, Help("after a failed cell, build the remaining ones (the exit code still reports the failure)")
     ] = False,
@@ -157,10 +160,7 @@ def bake(
     mirror: Mirror = "none",
     base_registry: BaseRegistry = None,
     ca_bundle: CaBundle = None,
-    netrc: Annotated[
-        str | None,
-        Help("netrc file with private-index credentials (a BuildKit secret: the file names its path only)", "FILE"),
-    ] = None,
+    netrc: Netrc = None,
     cache_from: Annotated[
         str | None,
         Help("add this cache import to every target, e.g. type=registry,ref=HOST/NAME:cache", "CACHE"),
