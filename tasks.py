@@ -16,7 +16,8 @@ from invoke import Collection, Context, Task, task
 from invoke.exceptions import Exit
 
 from dlimages import commands
-from dlimages.commands.flags import RUN_OPTIONS, FlagTask, gather, refuse_core_options
+from dlimages.commands.flags import RUN_OPTIONS, FlagTask, flag_parameters, gather, refuse_core_options
+from dlimages.commands.session import Failed, echo, reader_gone
 from dlimages.core import errors
 from dlimages.generate.project import Project, find_root
 
@@ -42,15 +43,15 @@ def command(*, honours: frozenset[str] = frozenset()) -> Callable[[Callable[...,
                 body(c, **gather(function, given))
             except errors.InputError as error:
                 raise Exit(error.report(), code=2) from None
-            except commands.Failed as failed:
-                commands.echo(failed.output)
+            except Failed as failed:
+                echo(failed.output)
                 raise Exit(errors.redact(failed.message), code=failed.code) from None
             except BrokenPipeError:  # `invoke matrix | head`: the reader has what it wanted
-                raise Exit(code=commands.reader_gone()) from None
+                raise Exit(code=reader_gone()) from None
             except KeyboardInterrupt:  # Invoke would exit 1 and say nothing
                 raise Exit(f"interrupted: `{line}` stopped before its end", code=130) from None
 
-        flags = commands.flag_parameters(function)
+        flags = flag_parameters(function)
         run.__signature__ = inspect.Signature([inspect.Parameter("c", inspect.Parameter.POSITIONAL_ONLY), *flags])
         # auto_shortflags off: -h and --help, help in every task
         return task(klass=FlagTask, command=function, root=ROOT, auto_shortflags=False, positional=[])(run)
@@ -61,37 +62,37 @@ def command(*, honours: frozenset[str] = frozenset()) -> Callable[[Callable[...,
 @command()
 def matrix(c: Context, **flags: Any) -> None:
     """Show the valid cells of matrix.yaml (or, with --explain, what was excluded and why)."""
-    commands.echo(commands.matrix(Project(ROOT), **flags))
+    echo(commands.matrix(Project(ROOT), **flags))
 
 
 @command()
 def render(c: Context, **flags: Any) -> None:
     """Render every cell's Dockerfile into images/ (deterministic; nothing written if validation fails)."""
-    commands.echo(commands.render(Project(ROOT, blocks=(commands.flags_block(ROOT),)), **flags))
+    echo(commands.render(Project(ROOT, blocks=(commands.flags_block(ROOT),)), **flags))
 
 
 @command()
 def build(c: Context, **flags: Any) -> None:
     """Build the selected cells (--dry-run prints the commands and tags; --jobs N builds N at once with bake)."""
-    commands.echo(commands.build(Project(ROOT), **flags))
+    echo(commands.build(Project(ROOT), **flags))
 
 
 @command()
 def bake(c: Context, **flags: Any) -> None:
     """Write a bake file (JSON) with the selected cells' builds, for any buildx builder to run in parallel."""
-    commands.echo(commands.bake(Project(ROOT), **flags))
+    echo(commands.bake(Project(ROOT), **flags))
 
 
 @command()
 def repro(c: Context, **flags: Any) -> None:
     """Prove a build reproducible: build it cold twice (or once --against an image) and name every difference."""
-    commands.echo(commands.repro(Project(ROOT), **flags))
+    echo(commands.repro(Project(ROOT), **flags))
 
 
 @command()
 def lock(c: Context, **flags: Any) -> None:
     """Resolve each selected cell's complete package set with hashes (uv) into images/<framework>/<cell>/*.lock."""
-    commands.echo(commands.lock(Project(ROOT), **flags))
+    echo(commands.lock(Project(ROOT), **flags))
 
 
 @command()
@@ -103,19 +104,19 @@ def base(c: Context, **flags: Any) -> None:
 @command()
 def apt_repo(c: Context, **flags: Any) -> None:
     """Copy every locked OS package (.deb, checked) into a folder: a repository for --apt-from, offline too."""
-    commands.echo(commands.apt_repo(Project(ROOT), **flags))
+    echo(commands.apt_repo(Project(ROOT), **flags))
 
 
 @command()
 def bases_list(c: Context, **flags: Any) -> None:
     """List the base images the selected cells pull and the digests builds pin them to (--lock: refresh them)."""
-    commands.echo(commands.bases_list(Project(ROOT), **flags))
+    echo(commands.bases_list(Project(ROOT), **flags))
 
 
 @command()
 def bases_mirror(c: Context, **flags: Any) -> None:
     """Copy every base image the selected cells use into a registry of your own (skopeo, all layers, by digest)."""
-    commands.echo(commands.bases_mirror(Project(ROOT), **flags))
+    echo(commands.bases_mirror(Project(ROOT), **flags))
 
 
 @command(honours=RUN_OPTIONS)  # not -R/--dry: it starts the engine before pytest
@@ -127,19 +128,19 @@ def test(c: Context, **flags: Any) -> None:
 @command()
 def push(c: Context, **flags: Any) -> None:
     """Push built images, verify each digest by pulling it back, sign and attest it, write the build report."""
-    commands.echo(commands.push(ROOT, **flags))
+    echo(commands.push(ROOT, **flags))
 
 
 @command()
 def verify(c: Context, **flags: Any) -> None:
     """Check an image's signature, its SBOM against its packages and its provenance; print the verified digest."""
-    commands.echo(commands.verify(ROOT, **flags))
+    echo(commands.verify(ROOT, **flags))
 
 
 @command()
 def smoke(c: Context, **flags: Any) -> None:
     """GPU smoke test inside each image: CUDA visible, versions match labels, a real AMP training step."""
-    commands.echo(commands.smoke(ROOT, **flags))
+    echo(commands.smoke(ROOT, **flags))
 
 
 @command()
@@ -151,19 +152,19 @@ def bench(c: Context, **flags: Any) -> None:
 @command()
 def doctor(c: Context, **flags: Any) -> None:
     """Tell which images of the matrix will run on this GPU node (or on one described by --gpu/--driver), and how."""
-    commands.echo(commands.doctor(Project(ROOT), **flags))
+    echo(commands.doctor(Project(ROOT), **flags))
 
 
 @command()
 def disk(c: Context, **flags: Any) -> None:
     """Where the engine keeps its data, what is free, what it holds, and the commands that give space back."""
-    commands.echo(commands.disk(ROOT, **flags))
+    echo(commands.disk(ROOT, **flags))
 
 
 @command()
 def mirrors(c: Context, **flags: Any) -> None:
     """List the mirror profiles of matrix.yaml, and the Debian mirrors and CA bundle builds take from this host."""
-    commands.echo(commands.mirrors(Project(ROOT), **flags))
+    echo(commands.mirrors(Project(ROOT), **flags))
 
 
 @command(honours=RUN_OPTIONS | {"dry"})  # -R/--dry: the checks' commands printed, none run

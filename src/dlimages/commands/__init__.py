@@ -1,7 +1,7 @@
-"""One function per task, of the task's name: its keyword-only parameters are the task's flags (tasks.py adds their
-help, calls the function and prints what it returns). Each checks its flag values (InputError: exit 2, before
-anything runs), starts an engine where it needs one, calls into the package, and returns the text to print (None:
-nothing) or raises Failed with an exit code."""
+"""One function per task, of the task's name, all listed in TASKS: its keyword-only parameters are the task's flags
+(tasks.py reads them with their help, calls the function and prints what it returns). Each checks its flag values
+(InputError: exit 2, before anything runs), starts an engine where it needs one, calls into the package, and returns
+the text to print (None: nothing) or raises session.Failed with an exit code."""
 
 from __future__ import annotations
 
@@ -10,45 +10,13 @@ from pathlib import Path
 
 from dlimages.commands.bases import apt_repo, base, bases_list, bases_mirror
 from dlimages.commands.builds import bake, build, repro
-from dlimages.commands.flags import CellFlags, flag_parameters, flag_rows
+from dlimages.commands.flags import flag_rows
 from dlimages.commands.generate import doctor, lock, matrix, render
 from dlimages.commands.host import check, ci, disk, mirrors
 from dlimages.commands.images import bench, package_diff, push, smoke, test, verify
-from dlimages.commands.session import Failed, echo, reader_gone
 from dlimages.core import usage
 from dlimages.generate.docsblocks import USING, Block
 from dlimages.generate.templating import environment
-
-__all__ = [
-    "CellFlags",
-    "Failed",
-    "apt_repo",
-    "bake",
-    "base",
-    "bases_list",
-    "bases_mirror",
-    "bench",
-    "build",
-    "check",
-    "ci",
-    "disk",
-    "doctor",
-    "echo",
-    "flag_parameters",
-    "flags_block",
-    "lock",
-    "matrix",
-    "mirrors",
-    "package_diff",
-    "push",
-    "reader_gone",
-    "render",
-    "repro",
-    "smoke",
-    "task_line",
-    "test",
-    "verify",
-]
 
 # Every task of tasks.py (a test holds them equal).
 TASKS: tuple[Callable[..., object], ...] = (apt_repo, bake, base, bases_list, bases_mirror, bench, build, check, ci)
