@@ -72,8 +72,7 @@ class Ledger:
 
     def built_refs(self, *, every_tag: bool = False) -> list[str]:
         """The immutable ref (or every ref) of each cell whose latest build succeeded."""
-        good = [entry for entry in self.entries() if entry.ok and entry.refs]
-        return [ref for entry in good for ref in (entry.refs if every_tag else entry.refs[:1])]
+        return [ref for entry in self.entries() if entry.ok for ref in (entry.refs if every_tag else entry.refs[:1])]
 
     def moving_refs(self) -> set[str]:
         """The refs that move on purpose (a release tag such as v1.0, an alias): every ref of an entry but its first.

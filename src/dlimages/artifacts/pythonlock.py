@@ -130,18 +130,13 @@ class Pin:
 
 def parse_compiled(text: str) -> list[Pin]:
     """The pins of uv's `pip compile --generate-hashes --no-header` output, in its (sorted) order."""
-    pins: list[Pin] = []
-    block: list[str] = []
+    blocks: list[list[str]] = []
     for line in text.splitlines():
         if _PIN_LINE.match(line):
-            if block:
-                pins.append(_pin(block))
-            block = [line]
-        elif block:
-            block.append(line)
-    if block:
-        pins.append(_pin(block))
-    return pins
+            blocks.append([line])
+        elif blocks:
+            blocks[-1].append(line)
+    return [_pin(block) for block in blocks]
 
 
 def _pin(block: list[str]) -> Pin:
@@ -149,9 +144,7 @@ def _pin(block: list[str]) -> Pin:
     assert match is not None
     parents: list[str] = []
     for line in block[1:]:
-        comment = line.strip().removeprefix("#").strip()
-        if comment.startswith("via"):
-            comment = comment.removeprefix("via").strip()
+        comment = line.strip().removeprefix("#").strip().removeprefix("via").strip()
         if not comment or line.strip().startswith("--hash"):
             continue
         parents.append("-r" if comment.startswith("-r ") else normalize(comment.split()[0]))

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dlimages.model.branches import TOOLKIT_DRIVERS  # Table 3 of the CUDA release notes, as model/branches reads it
+
 MATRIX = "https://docs.nvidia.com/datacenter/tesla/drivers/cuda-toolkit-driver-and-architecture-matrix.html"
-# Table 3 of the CUDA release notes (CUDA Toolkit and Corresponding Driver Versions), seen through a verbatim copy:
-# docs/notes/research-cuda-drivers.md, Q1.
-TOOLKIT_DRIVERS = "https://docs.nvidia.com/cuda/archive/13.2.2/cuda-toolkit-release-notes/index.html"
 # "CUDA 13.0 supports all NVIDIA architectures from Turing through Grace Blackwell."
 CUDA_13_ARCHS = "https://docs.nvidia.com/cuda/cuda-features-archive/index.html"
 # NVIDIA's first R450 data-center driver, 450.51.05 of 07/07/2020, lists the A100's VBIOS.

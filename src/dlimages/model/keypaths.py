@@ -60,10 +60,8 @@ def _fields_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
 def problem_from_pydantic(error: Any, where_file: str, root: type[BaseModel]) -> Problem:
     """One problem of `root.model_validate` as a Problem at `where_file: key.path`."""
     loc = tuple(error["loc"])
-    in_key = bool(loc) and loc[-1] == "[key]"  # pydantic's marker for a problem with a mapping's key
-    if in_key:
-        loc = loc[:-1]
-    path = f"{where_file}: {_key_path(loc)}"
+    in_key = loc[-1:] == ("[key]",)  # pydantic's marker for a problem with a mapping's key
+    path = f"{where_file}: {_key_path(loc[:-1] if in_key else loc)}"
     kind = error["type"]
     if in_key:
         return Problem(path, f"the key {error['input']!r} is not well formed: {error['msg']}")

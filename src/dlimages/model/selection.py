@@ -64,16 +64,13 @@ def select(matrix: Matrix, expansion: Expansion, want: Selection, *, defaults: b
     _check_flags(matrix, want)
     cells = [c for c in expansion.cells if want.matches(c.candidate)]
     if want.version is not None:
-        cells = [c for c in cells if version_key(c.framework_version) == _newest_version(cells, c.framework)]
+        newest = {c.framework: version_key(c.framework_version) for c in sorted(cells, key=_newest)}
+        cells = [c for c in cells if version_key(c.framework_version) == newest[c.framework]]
     if defaults:
         cells = _apply_defaults(matrix, cells, want)
     if not cells:
         raise InputError([_impossible(matrix, expansion, want)])
     return cells
-
-
-def _newest_version(cells: Sequence[Cell], framework: str) -> tuple[int, ...]:
-    return max(version_key(c.framework_version) for c in cells if c.framework == framework)
 
 
 def _apply_defaults(matrix: Matrix, cells: list[Cell], want: Selection) -> list[Cell]:

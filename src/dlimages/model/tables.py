@@ -15,13 +15,11 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def cells_table(cells: Sequence[Cell], locks: Mapping[str, str] | None = None) -> str:
-    """One row per cell; with `locks` (slug -> lock status, lock.py), a column saying which cells are locked; what
-    each build needs from outside (`Cell.needs`: hub+pypi, base+pytorch-index+pypi, ...)."""
+def cells_table(cells: Sequence[Cell], locks: Mapping[str, str]) -> str:
+    """One row per cell, with what each build needs from outside (`Cell.needs`: hub+pypi, base+pytorch-index+pypi,
+    ...) and whether it is locked (`locks`: slug -> lock status, artifacts/pythonlock)."""
     headers = ["framework", "version", "cuda", "cudnn", "python", "os", "flavor", "cuda from", "min driver"]
-    headers += ["needs", "tags"]
-    if locks is not None:
-        headers.insert(-1, "lock")
+    headers += ["needs", "lock", "tags"]
     rows = [
         [
             c.framework,
@@ -34,7 +32,7 @@ def cells_table(cells: Sequence[Cell], locks: Mapping[str, str] | None = None) -
             c.cuda_source,
             c.min_driver,
             "+".join(c.needs),
-            *([locks.get(c.slug, "unlocked")] if locks is not None else []),
+            locks.get(c.slug, "unlocked"),
             ", ".join(c.tags),
         ]
         for c in cells

@@ -55,18 +55,17 @@ class Origin:
     def from_flags(cls, git_ref: str | None, default_branch: str | None, commit: str | None) -> Origin | None:
         """None when no flag is given (a person pushing what they built); InputError naming each flag that is
         missing or malformed when some are."""
-        given = {"--git-ref": git_ref, "--default-branch": default_branch, "--commit": commit}
-        if not any(given.values()):
-            return None
-        allowed = {
-            "--git-ref": (_GIT_REF, "refs/heads/BRANCH (or another ref), as GITHUB_REF names it"),
-            "--default-branch": (_BRANCH, "a branch name, e.g. main"),
-            "--commit": (_COMMIT, "the commit's full SHA: 40 (or 64) lowercase hex digits"),
+        given = {
+            "--git-ref": (git_ref, _GIT_REF, "refs/heads/BRANCH (or another ref), as GITHUB_REF names it"),
+            "--default-branch": (default_branch, _BRANCH, "a branch name, e.g. main"),
+            "--commit": (commit, _COMMIT, "the commit's full SHA: 40 (or 64) lowercase hex digits"),
         }
+        if not any(value for value, _, _ in given.values()):
+            return None
         problems = [
-            Problem(flag, f"is {value[:60]!r}" if value else "is missing (the three go together)", allowed[flag][1])
-            for flag, value in given.items()
-            if not (value and allowed[flag][0].fullmatch(value))
+            Problem(flag, f"is {value[:60]!r}" if value else "is missing (the three go together)", allowed)
+            for flag, (value, form, allowed) in given.items()
+            if not (value and form.fullmatch(value))
         ]
         if problems:
             raise InputError(problems)

@@ -119,7 +119,7 @@ class Repo:
 
 def run_the_rest(matrix: Matrix, expansion: Expansion, root: Path) -> None:
     json.dumps([cell.as_json() for cell in expansion.cells])
-    cells_table(expansion.cells)
+    cells_table(expansion.cells, {})
     exclusions_text(expansion.excluded)
     doctor_text.format_report(doctor.report(expansion.cells, NODE), NODE)
     try:
